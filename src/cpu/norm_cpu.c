@@ -1,0 +1,321 @@
+/*
+ * CPU backend: RMSNorm / LayerNorm forward and backward over OpenMP threads.
+ *
+ * Forward, per row: h = x (+ residual) into an fp32 scratch row; residual_out
+ * = h; mean/rstd from h; y = ((h - mean) * rstd) * (weight + weight_offset)
+ * (+ bias). rstd[r] / mean[r] are written when given.
+ * Backward, per row: x_hat = (x - mean) * rstd, g = dy * (weight + offset),
+ *   dh = rstd * (g - mean(g) [LayerNorm only] - x_hat * mean(x_hat * g))
+ *        (+ dresidual_out); dx = dh, dresidual = dh (its own dtype);
+ *   dweight  = sum_rows dy * x_hat, dbias = sum_rows dy: '=' by default,
+ *   '+=' (existing value read in its dtype, added in fp32) with ACCUMULATE.
+ *
+ * Every row reads all of its inputs into fp32 scratch before it writes any
+ * output, which makes the exact aliasing the API allows (y == x,
+ * residual_out == residual or x, dx == dy, dx or dresidual == dresidual_out)
+ * correct. Scratch is allocated before anything is written, so an allocation
+ * failure leaves every output untouched.
+ *
+ * Determinism: rows are split into a fixed number of chunks that depends only
+ * on (rows, cols), never on the thread count. Each chunk sums its rows, in
+ * order, into its own fp32 partial row of the caller's workspace; the partials
+ * are then added in chunk order per column. dweight/dbias are therefore
+ * bitwise identical across runs and OMP_NUM_THREADS. ATOMIC_DWEIGHT is
+ * ignored here (no atomics are needed on the CPU).
+ */
+#include "cpu/cpu_rows.h"
+
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* Below this many elements a parallel region costs more than it saves. */
+#define CPU_PARALLEL_MIN_ELEMENTS (1 << 15)
+/* Bounds on the dweight partials: at most this many chunks, at least this many
+ * rows per chunk, and at most this many workspace floats per partial set
+ * unless that would leave fewer than CPU_MIN_CHUNKS chunks. */
+#define CPU_MAX_CHUNKS 64
+#define CPU_ROWS_PER_CHUNK 16
+#define CPU_MIN_CHUNKS 8
+#define CPU_PARTIAL_FLOATS_BUDGET ((int64_t)1 << 24)
+/* Scratch rows are padded to whole cache lines; the workspace is realigned
+ * inside, which costs this many extra bytes. */
+#define CPU_ALIGN 64
+
+static const unsigned char *row_in(const fusednorm_tensor *t, int64_t r)
+{
+    return (const unsigned char *)t->data + (size_t)r * (size_t)t->row_stride * fn_dtype_size(t->dtype);
+}
+static unsigned char *row_out(const fusednorm_tensor *t, int64_t r)
+{
+    return (unsigned char *)t->data + (size_t)r * (size_t)t->row_stride * fn_dtype_size(t->dtype);
+}
+
+static int64_t padded_cols(int64_t cols) { return (cols + 15) & ~(int64_t)15; }
+
+/* fp32 scratch: `shared_rows` rows used by every thread plus `per_thread`
+ * rows for each of `threads`. NULL when it cannot be had. */
+static float *alloc_rows(int64_t cols, int64_t shared_rows, int64_t per_thread, int threads)
+{
+    int64_t stride = padded_cols(cols);
+    int64_t nrows = shared_rows + per_thread * (int64_t)threads;
+    if (stride > (int64_t)(SIZE_MAX / sizeof(float)) / nrows) return NULL;
+    size_t bytes = (size_t)stride * (size_t)nrows * sizeof(float);
+    return (float *)aligned_alloc(CPU_ALIGN, bytes);
+}
+
+static int thread_count(int64_t rows, int64_t cols)
+{
+    if (rows < 2 || rows * cols < CPU_PARALLEL_MIN_ELEMENTS) return 1;
+    int t = omp_get_max_threads();
+    if ((int64_t)t > rows) t = (int)rows;
+    return t < 1 ? 1 : t;
+}
+
+/* weight + weight_offset in fp32, or 1 (not 1 + offset) when weight is absent. */
+static void prepare_weight(float *wf, const fusednorm_tensor *w, float offset, int64_t n)
+{
+    if (w->data) {
+        cpu_load_row(wf, w->data, w->dtype, n);
+        for (int64_t i = 0; i < n; i++) wf[i] += offset;
+    } else {
+        for (int64_t i = 0; i < n; i++) wf[i] = 1.0f;
+    }
+}
+
+/* ---- forward ----------------------------------------------------------- */
+
+/* y = ((h - mean) * rstd) * wf (+ bf), rounded into y's dtype. The loops are
+ * written out per (dtype, bias) so that each is one vectorizable stream. */
+#define FWD_NORMALIZE_LOOP(STORE, WITH_BIAS)                                                                          \
+    for (int64_t i = 0; i < n; i++) {                                                                                 \
+        float v = ((h[i] - mean) * rstd) * wf[i];                                                                     \
+        if (WITH_BIAS) v += bf[i];                                                                                    \
+        STORE(p, i, v);                                                                                               \
+    }
+
+static void fwd_normalize_store(void *y, fusednorm_dtype t, const float *restrict h, const float *restrict wf,
+                                const float *restrict bf, float mean, float rstd, int64_t n)
+{
+    unsigned char *p = (unsigned char *)y;
+    if (bf) {
+        switch (t) {
+        case FUSEDNORM_BF16: FWD_NORMALIZE_LOOP(cpu_st_bf16, 1) break;
+        case FUSEDNORM_F16: FWD_NORMALIZE_LOOP(cpu_st_f16, 1) break;
+        default: FWD_NORMALIZE_LOOP(cpu_st_f32, 1) break;
+        }
+    } else {
+        switch (t) {
+        case FUSEDNORM_BF16: FWD_NORMALIZE_LOOP(cpu_st_bf16, 0) break;
+        case FUSEDNORM_F16: FWD_NORMALIZE_LOOP(cpu_st_f16, 0) break;
+        default: FWD_NORMALIZE_LOOP(cpu_st_f32, 0) break;
+        }
+    }
+}
+
+static void fwd_row(const fusednorm_fwd_args *a, int64_t r, float *restrict h, const float *restrict wf,
+                    const float *restrict bf)
+{
+    int64_t n = a->cols;
+    cpu_load_row(h, row_in(&a->x, r), a->x.dtype, n);
+    if (a->residual.data) cpu_add_row(h, row_in(&a->residual, r), a->residual.dtype, n);
+    if (a->residual_out.data) cpu_store_row(row_out(&a->residual_out, r), a->residual_out.dtype, h, n);
+    float mean, rstd;
+    cpu_row_stats(h, n, a->norm == FUSEDNORM_LAYERNORM, a->eps, &mean, &rstd);
+    if (a->rstd) a->rstd[r] = rstd;
+    if (a->mean) a->mean[r] = mean;
+    fwd_normalize_store(row_out(&a->y, r), a->y.dtype, h, wf, bf, mean, rstd, n);
+}
+
+fusednorm_status fn_cpu_fwd(const fusednorm_fwd_args *a)
+{
+    int64_t rows = a->rows, cols = a->cols, stride = padded_cols(cols);
+    int threads = thread_count(rows, cols);
+    int have_bias = a->bias.data != NULL;
+    /* Shared rows: weight (+ offset) and bias in fp32; one h row per thread. */
+    float *scratch = alloc_rows(cols, 1 + have_bias, 1, threads);
+    if (!scratch)
+        return fn_error(FUSEDNORM_ERROR_OUT_OF_MEMORY, "fusednorm_fwd: cannot allocate CPU scratch for %d rows of %lld",
+                        threads + 1 + have_bias, (long long)cols);
+    float *wf = scratch, *bf = have_bias ? scratch + stride : NULL;
+    float *thread_rows = scratch + (1 + have_bias) * stride;
+    prepare_weight(wf, &a->weight, a->weight_offset, cols);
+    if (bf) cpu_load_row(bf, a->bias.data, a->bias.dtype, cols);
+
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        float *h = thread_rows + (int64_t)omp_get_thread_num() * stride;
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) fwd_row(a, r, h, wf, bf);
+    }
+    free(scratch);
+    return FUSEDNORM_OK;
+}
+
+/* ---- backward ---------------------------------------------------------- */
+
+typedef struct bwd_plan {
+    int64_t chunks;            /* row chunks, each with its own dweight/dbias partial rows */
+    int64_t partial_sets;      /* 0, 1 (dweight or dbias) or 2 (both)                     */
+} bwd_plan;
+
+static bwd_plan plan_bwd(const fusednorm_bwd_args *a)
+{
+    bwd_plan p = {0, (a->dweight.data != NULL) + (a->dbias.data != NULL)};
+    int64_t rows = a->rows, cols = a->cols;
+    if (rows == 0 || p.partial_sets == 0) return p;
+    int64_t by_rows = (rows + CPU_ROWS_PER_CHUNK - 1) / CPU_ROWS_PER_CHUNK;
+    int64_t by_memory = CPU_PARTIAL_FLOATS_BUDGET / cols;
+    if (by_memory < CPU_MIN_CHUNKS) by_memory = CPU_MIN_CHUNKS;
+    int64_t chunks = CPU_MAX_CHUNKS;
+    if (chunks > by_rows) chunks = by_rows;
+    if (chunks > by_memory) chunks = by_memory;
+    p.chunks = chunks;
+    return p;
+}
+
+fusednorm_status fn_cpu_bwd_workspace_size(const fusednorm_bwd_args *a, size_t *bytes)
+{
+    bwd_plan p = plan_bwd(a);
+    if (p.chunks == 0) {
+        *bytes = 0;
+        return FUSEDNORM_OK;
+    }
+    int64_t floats_per_set = p.chunks * padded_cols(a->cols);
+    if (floats_per_set / p.chunks != padded_cols(a->cols) ||
+        floats_per_set > (int64_t)((SIZE_MAX - CPU_ALIGN) / sizeof(float) / (size_t)p.partial_sets))
+        return fn_error(FUSEDNORM_ERROR_OUT_OF_MEMORY, "fusednorm_bwd_workspace_size: cols (%lld) is too large",
+                        (long long)a->cols);
+    *bytes = (size_t)floats_per_set * (size_t)p.partial_sets * sizeof(float) + CPU_ALIGN;
+    return FUSEDNORM_OK;
+}
+
+/* One row. xs, gs: the thread's fp32 scratch rows. dw_partial / db_partial:
+ * this chunk's partial rows (NULL when not wanted). */
+static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float *restrict xs, float *restrict gs,
+                    const float *restrict wf, float *restrict dw_partial, float *restrict db_partial)
+{
+    int64_t n = a->cols;
+    int layernorm = a->norm == FUSEDNORM_LAYERNORM;
+    cpu_load_row(xs, row_in(&a->x, r), a->x.dtype, n);
+    float mean, rstd;
+    if (a->rstd) {
+        rstd = a->rstd[r];
+        mean = a->mean ? a->mean[r] : 0.0f;
+    } else {
+        cpu_row_stats(xs, n, layernorm, a->eps, &mean, &rstd);
+    }
+    cpu_load_row(gs, row_in(&a->dy, r), a->dy.dtype, n);
+
+    /* x_hat in place of x; the two row sums; this row's dweight/dbias terms. */
+    double sum_xg = 0.0, sum_g = 0.0;
+#pragma omp simd reduction(+ : sum_xg, sum_g)
+    for (int64_t i = 0; i < n; i++) {
+        float xhat = (xs[i] - mean) * rstd;
+        float g = gs[i] * wf[i];
+        xs[i] = xhat;
+        sum_xg += (double)xhat * (double)g;
+        sum_g += (double)g;
+    }
+    if (dw_partial)
+        for (int64_t i = 0; i < n; i++) dw_partial[i] += gs[i] * xs[i];
+    if (db_partial)
+        for (int64_t i = 0; i < n; i++) db_partial[i] += gs[i];
+
+    float mean_xg = (float)(sum_xg / (double)n);
+    float mean_g = layernorm ? (float)(sum_g / (double)n) : 0.0f;
+    for (int64_t i = 0; i < n; i++) gs[i] = rstd * ((gs[i] * wf[i] - mean_g) - xs[i] * mean_xg);
+    if (a->dresidual_out.data) cpu_add_row(gs, row_in(&a->dresidual_out, r), a->dresidual_out.dtype, n);
+    cpu_store_row(row_out(&a->dx, r), a->dx.dtype, gs, n);
+    if (a->dresidual.data) cpu_store_row(row_out(&a->dresidual, r), a->dresidual.dtype, gs, n);
+}
+
+/* out[j] (+)= sum over chunks, in chunk order, of partials[c * stride + j]. */
+static void reduce_partials(const fusednorm_tensor *out, const float *partials, int64_t chunks, int64_t stride,
+                            int64_t cols, int accumulate, int threads)
+{
+    enum { BLOCK = 512 };
+    int64_t blocks = (cols + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int64_t b = 0; b < blocks; b++) {
+        float sum[BLOCK];
+        int64_t j0 = b * BLOCK, len = cols - j0 < BLOCK ? cols - j0 : BLOCK;
+        for (int64_t j = 0; j < len; j++) sum[j] = 0.0f;
+        for (int64_t c = 0; c < chunks; c++) {
+            const float *src = partials + c * stride + j0;
+            for (int64_t j = 0; j < len; j++) sum[j] += src[j];
+        }
+        unsigned char *dst = (unsigned char *)out->data + (size_t)j0 * fn_dtype_size(out->dtype);
+        if (accumulate) {
+            float prev[BLOCK];
+            cpu_load_row(prev, dst, out->dtype, len);
+            for (int64_t j = 0; j < len; j++) sum[j] = prev[j] + sum[j];
+        }
+        cpu_store_row(dst, out->dtype, sum, len);
+    }
+}
+
+fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
+{
+    int64_t rows = a->rows, cols = a->cols, stride = padded_cols(cols);
+    int accumulate = (a->flags & FUSEDNORM_ACCUMULATE) != 0;
+    bwd_plan plan = plan_bwd(a);
+
+    if (rows == 0) {
+        if (accumulate) return FUSEDNORM_OK;
+        const fusednorm_tensor *outs[2] = {&a->dweight, &a->dbias};
+        for (int k = 0; k < 2; k++)
+            if (outs[k]->data) memset(outs[k]->data, 0, (size_t)cols * fn_dtype_size(outs[k]->dtype));
+        return FUSEDNORM_OK;
+    }
+
+    float *partials = NULL;
+    if (plan.chunks > 0) {
+        size_t need = 0;
+        fusednorm_status s = fn_cpu_bwd_workspace_size(a, &need);
+        if (s != FUSEDNORM_OK) return s;
+        if (!a->workspace || a->workspace_bytes < need)
+            return fn_error(FUSEDNORM_ERROR_WORKSPACE, "fusednorm_bwd: workspace (%zu bytes) is smaller than %zu",
+                            a->workspace ? a->workspace_bytes : (size_t)0, need);
+        uintptr_t base = (uintptr_t)a->workspace;
+        partials = (float *)((base + CPU_ALIGN - 1) & ~(uintptr_t)(CPU_ALIGN - 1));
+    }
+    float *dw_partials = a->dweight.data ? partials : NULL;
+    float *db_partials = a->dbias.data ? partials + (dw_partials ? plan.chunks * stride : 0) : NULL;
+
+    int threads = thread_count(rows, cols);
+    float *scratch = alloc_rows(cols, 1, 2, threads);
+    if (!scratch)
+        return fn_error(FUSEDNORM_ERROR_OUT_OF_MEMORY, "fusednorm_bwd: cannot allocate CPU scratch for %d rows of %lld",
+                        2 * threads + 1, (long long)cols);
+    float *wf = scratch, *thread_rows = scratch + stride;
+    prepare_weight(wf, &a->weight, a->weight_offset, cols);
+
+    /* Without dweight/dbias any split of rows is fine; with them, the split is
+     * the plan's chunks, whatever thread runs each one. */
+    int64_t chunks = plan.chunks > 0 ? plan.chunks : 1;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        float *xs = thread_rows + 2 * (int64_t)omp_get_thread_num() * stride;
+        float *gs = xs + stride;
+        if (plan.chunks == 0) {
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < rows; r++) bwd_row(a, r, xs, gs, wf, NULL, NULL);
+        } else {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t c = 0; c < chunks; c++) {
+                int64_t r0 = rows * c / chunks, r1 = rows * (c + 1) / chunks;
+                float *dwp = dw_partials ? dw_partials + c * stride : NULL;
+                float *dbp = db_partials ? db_partials + c * stride : NULL;
+                if (dwp) memset(dwp, 0, (size_t)cols * sizeof(float));
+                if (dbp) memset(dbp, 0, (size_t)cols * sizeof(float));
+                for (int64_t r = r0; r < r1; r++) bwd_row(a, r, xs, gs, wf, dwp, dbp);
+            }
+        }
+    }
+    free(scratch);
+
+    if (dw_partials) reduce_partials(&a->dweight, dw_partials, chunks, stride, cols, accumulate, threads);
+    if (db_partials) reduce_partials(&a->dbias, db_partials, chunks, stride, cols, accumulate, threads);
+    return FUSEDNORM_OK;
+}
