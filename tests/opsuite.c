@@ -1,0 +1,211 @@
+/*
+ * The op suite run on every backend: every norm x feature set x dtype mix on
+ * a small shape, then awkward shapes (sampled, not the cartesian product: the
+ * CPU suite must stay fast on two cores), strides, misalignment, aliasing and
+ * rows == 0. On CUDA the dtype mixes are the ones design.md requires; on the
+ * CPU every mix is required, so a random sample of them runs.
+ */
+#include "opsuite.h"
+
+#include <string.h>
+
+static const fusednorm_dtype all_dtypes[3] = {FUSEDNORM_F32, FUSEDNORM_F16, FUSEDNORM_BF16};
+
+/* Feature sets, applied on top of th_case_default. */
+enum { FEATURE_SETS = 12 };
+
+static void apply_features(th_case *c, int set)
+{
+    const int ln = c->norm == FUSEDNORM_LAYERNORM;
+    switch (set) {
+    case 0: /* plain: weight only, dx only */
+        break;
+    case 1: /* everything: residual stream, stored statistics handed to bwd */
+        c->residual_on = c->residual_out_on = c->bias_on = 1;
+        c->store_rstd = 1;
+        c->store_mean = ln;
+        c->bwd_stats_given = 1;
+        c->dresidual_out_on = c->dresidual_on = c->dweight_on = c->dbias_on = 1;
+        break;
+    case 2: /* residual without residual_out; no weight, bias only; statistics recomputed */
+        c->residual_on = 1;
+        c->weight_on = 0;
+        c->bias_on = 1;
+        c->store_rstd = 1;
+        c->dbias_on = 1;
+        break;
+    case 3: /* Gemma-style (1 + w) weights, accumulate into dweight/dbias */
+        c->weight_offset = 1.0f;
+        c->bias_on = 1;
+        c->dweight_on = c->dbias_on = 1;
+        c->flags = FUSEDNORM_ACCUMULATE;
+        break;
+    case 4: /* atomics allowed */
+        c->dweight_on = c->dbias_on = 1;
+        c->flags = FUSEDNORM_ATOMIC_DWEIGHT;
+        c->store_rstd = 1;
+        c->bwd_stats_given = 1;
+        break;
+    case 5: /* atomics and accumulate, stats given, dresidual_out only */
+        c->dweight_on = 1;
+        c->flags = FUSEDNORM_ACCUMULATE | FUSEDNORM_ATOMIC_DWEIGHT;
+        c->bwd_stats_given = 1;
+        c->dresidual_out_on = 1;
+        break;
+    case 6: /* no weight, no bias; dresidual without dresidual_out */
+        c->weight_on = 0;
+        c->dresidual_on = 1;
+        c->store_mean = ln;
+        break;
+    case 7: /* everything, with padded strides and misaligned pointers */
+        apply_features(c, 1);
+        c->pad = 5;
+        c->misalign = 1;
+        break;
+    case 8: /* in-place: y == x; residual_out == residual; dx == dy; dresidual == dresidual_out */
+        c->residual_on = c->residual_out_on = 1;
+        c->alias_y_x = c->alias_resout_res = 1;
+        c->dresidual_out_on = c->dresidual_on = 1;
+        c->alias_dx_dy = c->alias_dres_dresout = 1;
+        c->dweight_on = 1;
+        break;
+    case 9: /* residual_out == x, with padding */
+        c->residual_on = c->residual_out_on = 1;
+        c->alias_resout_x = 1;
+        c->pad = 3;
+        c->store_rstd = 1;
+        c->dweight_on = 1;
+        break;
+    case 10: /* weight_offset with stats given and ACCUMULATE only on dbias path */
+        c->weight_offset = 1.0f;
+        c->store_rstd = 1;
+        c->store_mean = ln;
+        c->bwd_stats_given = 1;
+        c->dbias_on = 1;
+        c->flags = FUSEDNORM_ACCUMULATE;
+        break;
+    case 11: /* aliases with misalignment */
+        apply_features(c, 8);
+        c->misalign = 1;
+        c->pad = 2;
+        break;
+    }
+}
+
+/* Aliased pairs must share a dtype. */
+static void fix_alias_dtypes(th_case *c)
+{
+    if (c->alias_y_x) c->y = c->x;
+    if (c->alias_resout_res) c->residual_out = c->residual;
+    if (c->alias_resout_x) c->residual_out = c->x;
+    if (c->alias_dx_dy) c->dx = c->dy;
+    if (c->alias_dres_dresout) c->dresidual = c->dresidual_out;
+}
+
+/* The CUDA mixes design.md requires, for a 16-bit activation dtype a. */
+enum { CUDA_MIXES = 4 };
+static void apply_cuda_mix(th_case *c, int mix, fusednorm_dtype a)
+{
+    const fusednorm_dtype f = FUSEDNORM_F32;
+    *c = th_case_default(c->norm, c->rows, c->cols, a);
+    switch (mix) {
+    case 0: /* all one dtype */
+        break;
+    case 1: /* fp32 parameters and their gradients */
+        c->weight = c->bias = c->dweight = c->dbias = f;
+        break;
+    case 2: /* fp32 residual stream: residual, residual_out, dresidual_out, dresidual */
+        c->residual = c->residual_out = c->dresidual_out = c->dresidual = f;
+        break;
+    case 3: /* fp32 y (and so dy) with 16-bit x (and dx) */
+        c->y = c->dy = f;
+        break;
+    }
+}
+
+static void run_on(th_case c, fusednorm_backend be)
+{
+    fix_alias_dtypes(&c);
+    th_run_case(&c, be, NULL);
+}
+
+void th_suite_features(fusednorm_backend be)
+{
+    for (int n = 0; n < 2; n++)
+        for (int d = 0; d < 3; d++)
+            for (int set = 0; set < FEATURE_SETS; set++) {
+                th_case c = th_case_default((fusednorm_norm)n, 37, 127, all_dtypes[d]);
+                apply_features(&c, set);
+                run_on(c, be);
+            }
+}
+
+void th_suite_mixes(fusednorm_backend be)
+{
+    if (be == FUSEDNORM_CUDA) {
+        for (int n = 0; n < 2; n++)
+            for (int a = 1; a < 3; a++)
+                for (int mix = 1; mix < CUDA_MIXES; mix++)
+                    for (int set = 0; set < FEATURE_SETS; set += 1) {
+                        th_case c = th_case_default((fusednorm_norm)n, 37, 1000, all_dtypes[a]);
+                        apply_cuda_mix(&c, mix, all_dtypes[a]);
+                        apply_features(&c, set);
+                        /* An alias needs equal dtypes, which these mixes break on purpose. */
+                        if (set == 8 || set == 9 || set == 11) continue;
+                        run_on(c, be);
+                    }
+        return;
+    }
+    /* CPU: every mix is required; a random sample of the 3^12 of them. */
+    for (int k = 0; k < 40; k++) {
+        th_case c = th_case_default((fusednorm_norm)(k & 1), 37, 1000, FUSEDNORM_F32);
+        apply_features(&c, 1 + (k % 3 == 0 ? 6 : (k % 3 == 1 ? 0 : 2)));
+        fusednorm_dtype *f[] = {&c.x, &c.residual, &c.residual_out, &c.y, &c.weight, &c.bias,
+                                &c.dy, &c.dx, &c.dresidual_out, &c.dresidual, &c.dweight, &c.dbias};
+        for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) *f[i] = all_dtypes[th_rand_u64() % 3];
+        run_on(c, be);
+    }
+}
+
+void th_suite_shapes(fusednorm_backend be)
+{
+    /* (rows, cols): each awkward cols with a few rows; the large ones sampled. */
+    static const int64_t shapes[][2] = {
+        {0, 1},     {1, 1},     {37, 1},    {199, 1},  {4096, 1},  {1, 3},    {37, 3},    {4096, 3},
+        {1, 7},     {199, 7},   {4096, 7},  {0, 127},  {199, 127}, {4096, 127}, {1, 1000}, {199, 1000},
+        {37, 2000}, {199, 2000}, {1, 4097}, {37, 4097}, {1, 65537}, {37, 65537}, {0, 65537},
+    };
+    const size_t n_shapes = sizeof shapes / sizeof shapes[0];
+    for (size_t i = 0; i < n_shapes; i++) {
+        for (int n = 0; n < 2; n++) {
+            fusednorm_dtype dt = all_dtypes[(i + (size_t)n) % 3];
+            th_case c = th_case_default((fusednorm_norm)n, shapes[i][0], shapes[i][1], dt);
+            /* Rotate through the richer feature sets so each meets odd shapes. */
+            static const int sets[] = {1, 7, 3, 8, 9, 4, 11, 2};
+            apply_features(&c, sets[(i * 2 + (size_t)n) % (sizeof sets / sizeof sets[0])]);
+            run_on(c, be);
+        }
+    }
+    /* rows == 0: succeeds and writes nothing, except dweight/dbias zeroed
+     * (or left as they were with ACCUMULATE). */
+    for (int acc = 0; acc < 2; acc++)
+        for (int n = 0; n < 2; n++) {
+            th_case c = th_case_default((fusednorm_norm)n, 0, 1000, FUSEDNORM_BF16);
+            apply_features(&c, 1);
+            if (acc) c.flags = FUSEDNORM_ACCUMULATE;
+            c.pad = 4;
+            run_on(c, be);
+        }
+    /* Large padding and a base offset together on a big row. */
+    th_case c = th_case_default(FUSEDNORM_LAYERNORM, 5, 2000, FUSEDNORM_F16);
+    apply_features(&c, 7);
+    c.pad = 1001;
+    run_on(c, be);
+}
+
+void th_suite_all(fusednorm_backend be)
+{
+    th_suite_features(be);
+    th_suite_mixes(be);
+    th_suite_shapes(be);
+}

@@ -1,0 +1,15 @@
+/*
+ * The op suite shared by test_cpu_ops and test_cuda_ops: feature sets, dtype
+ * mixes and shapes, each a th_case run forward and backward on the backend.
+ */
+#ifndef FUSEDNORM_TEST_OPSUITE_H
+#define FUSEDNORM_TEST_OPSUITE_H
+
+#include "opcase.h"
+
+void th_suite_features(fusednorm_backend be); /* norms x feature sets x single dtypes */
+void th_suite_mixes(fusednorm_backend be);    /* dtype mixes (CUDA: design's required list) */
+void th_suite_shapes(fusednorm_backend be);   /* awkward shapes, rows == 0, big padding */
+void th_suite_all(fusednorm_backend be);
+
+#endif

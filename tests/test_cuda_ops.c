@@ -1,0 +1,462 @@
+/*
+ * The CUDA backend: the op suite against the fp64 reference (design's
+ * required dtype mixes), GPU against the CPU backend on identical inputs,
+ * an unsupported mix refused with nothing written, bitwise determinism of
+ * dweight/dbias, fwd+bwd captured in a CUDA graph on a non-default stream
+ * and replayed, and one tensor over 2^31 elements (when memory allows).
+ * Exits 77 (ctest: skipped) when the build has no CUDA or no device is usable.
+ */
+#include "opsuite.h"
+
+#include "internal.h"
+#include "ref/reference.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if FUSEDNORM_WITH_CUDA
+#include <cuda_runtime.h>
+#include <omp.h>
+
+#define CUDA_OK(call)                                                                                                \
+    th_record((call) == cudaSuccess, __FILE__, __LINE__, "%s failed: %s", #call, cudaGetErrorString(cudaGetLastError()))
+
+/* Same inputs (RNG restored) on the CPU and on the GPU; each is checked
+ * against the reference, and the two against each other. */
+static void test_gpu_vs_cpu(void)
+{
+    static const int64_t shapes[][2] = {{37, 1000}, {199, 4097}, {4, 65537}, {1024, 128}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int n = 0; n < 2; n++) {
+            th_case c = th_case_default((fusednorm_norm)n, shapes[i][0], shapes[i][1],
+                                        i % 2 ? FUSEDNORM_BF16 : FUSEDNORM_F16);
+            c.residual_on = c.residual_out_on = c.bias_on = 1;
+            c.store_rstd = 1;
+            c.store_mean = n;
+            c.bwd_stats_given = 1;
+            c.dweight_on = c.dbias_on = c.dresidual_out_on = c.dresidual_on = 1;
+            th_case_result cpu, gpu;
+            uint64_t rng = th_rng_get();
+            th_run_case(&c, FUSEDNORM_CPU, &cpu);
+            th_rng_set(rng);
+            th_run_case(&c, FUSEDNORM_CUDA, &gpu);
+            th_compare_results(&cpu, &gpu, "gpu vs cpu");
+            th_case_result_free(&cpu);
+            th_case_result_free(&gpu);
+        }
+}
+
+/* dweight/dbias bitwise equal across runs without ATOMIC_DWEIGHT. */
+static void test_determinism(void)
+{
+    static const int64_t shapes[][2] = {{4096, 1024}, {8192, 256}, {300, 8192}, {37, 65537}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        th_case c = th_case_default((fusednorm_norm)(i & 1), shapes[i][0], shapes[i][1], FUSEDNORM_BF16);
+        c.skip_fwd = 1;
+        c.dweight_on = c.dbias_on = 1;
+        th_case_result r1, r2;
+        uint64_t rng = th_rng_get();
+        th_run_case(&c, FUSEDNORM_CUDA, &r1);
+        th_rng_set(rng);
+        th_run_case(&c, FUSEDNORM_CUDA, &r2);
+        ASSERT_TRUE(r1.dweight_bits && r2.dweight_bits && memcmp(r1.dweight_bits, r2.dweight_bits, r1.dweight_bytes) == 0);
+        ASSERT_TRUE(r1.dbias_bits && r2.dbias_bits && memcmp(r1.dbias_bits, r2.dbias_bits, r1.dbias_bytes) == 0);
+        th_case_result_free(&r1);
+        th_case_result_free(&r2);
+    }
+}
+
+/* x f16 with weight bf16 is not in the required list: UNSUPPORTED, nothing written. */
+static void test_unsupported_mix(void)
+{
+    const int64_t R = 8, N = 256;
+    snprintf(th_context, sizeof th_context, "cuda unsupported mix x f16 weight bf16");
+    th_tensor x, w, y, rstd, dy, dx, dw;
+    th_alloc(&x, FUSEDNORM_CUDA, FUSEDNORM_F16, R, N, 0, 0);
+    th_alloc(&w, FUSEDNORM_CUDA, FUSEDNORM_BF16, 1, N, 0, 0);
+    th_alloc(&y, FUSEDNORM_CUDA, FUSEDNORM_F16, R, N, 0, 0);
+    th_alloc(&rstd, FUSEDNORM_CUDA, FUSEDNORM_F32, R, 1, 0, 0);
+    th_alloc(&dy, FUSEDNORM_CUDA, FUSEDNORM_F16, R, N, 0, 0);
+    th_alloc(&dx, FUSEDNORM_CUDA, FUSEDNORM_F16, R, N, 0, 0);
+    th_alloc(&dw, FUSEDNORM_CUDA, FUSEDNORM_BF16, 1, N, 0, 0);
+    th_fill(&x, -1, 1);
+    th_fill(&w, 0.5, 1.5);
+    th_fill(&dy, -1, 1);
+    th_poison(&y);
+    th_poison(&rstd);
+    th_poison(&dx);
+    th_poison(&dw);
+    fusednorm_fwd_args f;
+    memset(&f, 0, sizeof f);
+    f.norm = FUSEDNORM_RMSNORM;
+    f.rows = R;
+    f.cols = N;
+    f.eps = 1e-6f;
+    f.x = th_arg(&x);
+    f.weight = th_arg(&w);
+    f.y = th_arg(&y);
+    f.rstd = th_data(&rstd);
+    f.backend = FUSEDNORM_CUDA;
+    ASSERT_STATUS(fusednorm_fwd(&f), FUSEDNORM_ERROR_UNSUPPORTED);
+    ASSERT_TRUE(strlen(fusednorm_last_error()) > 0);
+    fusednorm_bwd_args b;
+    memset(&b, 0, sizeof b);
+    b.norm = FUSEDNORM_RMSNORM;
+    b.rows = R;
+    b.cols = N;
+    b.eps = 1e-6f;
+    b.dy = th_arg(&dy);
+    b.x = th_arg(&x);
+    b.weight = th_arg(&w);
+    b.dx = th_arg(&dx);
+    b.dweight = th_arg(&dw);
+    b.backend = FUSEDNORM_CUDA;
+    size_t need = 0;
+    fusednorm_status s = fusednorm_bwd_workspace_size(&b, &need);
+    ASSERT_TRUE(s == FUSEDNORM_OK || s == FUSEDNORM_ERROR_UNSUPPORTED);
+    void *ws = th_backend_malloc(FUSEDNORM_CUDA, need + (1 << 20));
+    b.workspace = ws;
+    b.workspace_bytes = need + (1 << 20);
+    ASSERT_STATUS(fusednorm_bwd(&b), FUSEDNORM_ERROR_UNSUPPORTED);
+    th_backend_sync(FUSEDNORM_CUDA);
+    th_check_poisoned(&y, "y");
+    th_check_poisoned(&rstd, "rstd");
+    th_check_poisoned(&dx, "dx");
+    th_check_poisoned(&dw, "dweight");
+    th_backend_free(FUSEDNORM_CUDA, ws);
+    th_tensor *all[] = {&x, &w, &y, &rstd, &dy, &dx, &dw};
+    for (size_t i = 0; i < 7; i++) th_free(all[i]);
+}
+
+/* fwd + bwd captured on a non-default stream, replayed twice; the outputs
+ * equal bitwise those of a direct (uncaptured) run on the same inputs. */
+static void test_graph_capture(void)
+{
+    const int64_t R = 512, N = 2048;
+    snprintf(th_context, sizeof th_context, "cuda graph capture layernorm bf16 rows %lld cols %lld", (long long)R,
+             (long long)N);
+    const fusednorm_dtype dt = FUSEDNORM_BF16;
+    th_tensor x, res, w, b, y, ro, rstd, mean, dy, dx, dw, db;
+    th_alloc(&x, FUSEDNORM_CUDA, dt, R, N, 0, 0);
+    th_alloc(&res, FUSEDNORM_CUDA, FUSEDNORM_F32, R, N, 0, 0);
+    th_alloc(&w, FUSEDNORM_CUDA, dt, 1, N, 0, 0);
+    th_alloc(&b, FUSEDNORM_CUDA, dt, 1, N, 0, 0);
+    th_alloc(&y, FUSEDNORM_CUDA, dt, R, N, 0, 0);
+    th_alloc(&ro, FUSEDNORM_CUDA, FUSEDNORM_F32, R, N, 0, 0);
+    th_alloc(&rstd, FUSEDNORM_CUDA, FUSEDNORM_F32, R, 1, 0, 0);
+    th_alloc(&mean, FUSEDNORM_CUDA, FUSEDNORM_F32, R, 1, 0, 0);
+    th_alloc(&dy, FUSEDNORM_CUDA, dt, R, N, 0, 0);
+    th_alloc(&dx, FUSEDNORM_CUDA, dt, R, N, 0, 0);
+    th_alloc(&dw, FUSEDNORM_CUDA, dt, 1, N, 0, 0);
+    th_alloc(&db, FUSEDNORM_CUDA, dt, 1, N, 0, 0);
+    th_fill(&x, -2, 2);
+    th_fill(&res, -1, 1);
+    th_fill(&w, 0.5, 1.5);
+    th_fill(&b, -0.5, 0.5);
+    th_fill(&dy, -1, 1);
+    cudaStream_t stream;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    fusednorm_fwd_args f;
+    memset(&f, 0, sizeof f);
+    f.norm = FUSEDNORM_LAYERNORM;
+    f.rows = R;
+    f.cols = N;
+    f.eps = 1e-5f;
+    f.x = th_arg(&x);
+    f.residual = th_arg(&res);
+    f.weight = th_arg(&w);
+    f.bias = th_arg(&b);
+    f.y = th_arg(&y);
+    f.residual_out = th_arg(&ro);
+    f.rstd = th_data(&rstd);
+    f.mean = th_data(&mean);
+    f.backend = FUSEDNORM_CUDA;
+    f.stream = stream;
+    fusednorm_bwd_args g;
+    memset(&g, 0, sizeof g);
+    g.norm = FUSEDNORM_LAYERNORM;
+    g.rows = R;
+    g.cols = N;
+    g.eps = 1e-5f;
+    g.dy = th_arg(&dy);
+    g.x = th_arg(&ro);
+    g.weight = th_arg(&w);
+    g.rstd = th_data(&rstd);
+    g.mean = th_data(&mean);
+    g.dx = th_arg(&dx);
+    g.dweight = th_arg(&dw);
+    g.dbias = th_arg(&db);
+    g.backend = FUSEDNORM_CUDA;
+    g.stream = stream;
+    size_t need = 0;
+    ASSERT_STATUS(fusednorm_bwd_workspace_size(&g, &need), FUSEDNORM_OK);
+    void *ws = th_backend_malloc(FUSEDNORM_CUDA, need);
+    g.workspace = ws;
+    g.workspace_bytes = need;
+
+    /* Direct run: the expected bits. */
+    th_tensor *outs[] = {&y, &ro, &rstd, &mean, &dx, &dw, &db};
+    const size_t n_outs = sizeof outs / sizeof outs[0];
+    for (size_t i = 0; i < n_outs; i++) th_poison(outs[i]);
+    ASSERT_STATUS(fusednorm_fwd(&f), FUSEDNORM_OK);
+    ASSERT_STATUS(fusednorm_bwd(&g), FUSEDNORM_OK);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    unsigned char *expect[7];
+    for (size_t i = 0; i < n_outs; i++) {
+        th_download(outs[i]);
+        expect[i] = malloc(outs[i]->bytes);
+        memcpy(expect[i], outs[i]->shadow, outs[i]->bytes);
+    }
+
+    for (size_t i = 0; i < n_outs; i++) th_poison(outs[i]);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    fusednorm_status s1 = fusednorm_fwd(&f);
+    fusednorm_status s2 = fusednorm_bwd(&g);
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    ASSERT_STATUS(s1, FUSEDNORM_OK);
+    ASSERT_STATUS(s2, FUSEDNORM_OK);
+    /* Capture records, it does not run: the outputs are still poisoned. */
+    CUDA_OK(cudaDeviceSynchronize());
+    th_check_poisoned(&y, "y after capture, before replay");
+    if (graph && CUDA_OK(cudaGraphInstantiate(&exec, graph, 0))) {
+        for (int rep = 0; rep < 2; rep++) {
+            for (size_t i = 0; i < n_outs; i++) th_poison(outs[i]);
+            CUDA_OK(cudaGraphLaunch(exec, stream));
+            CUDA_OK(cudaStreamSynchronize(stream));
+            for (size_t i = 0; i < n_outs; i++) {
+                th_download(outs[i]);
+                th_record(memcmp(expect[i], outs[i]->shadow, outs[i]->bytes) == 0, __FILE__, __LINE__,
+                          "graph replay %d: output %zu differs from the direct run", rep, i);
+            }
+        }
+        cudaGraphExecDestroy(exec);
+    }
+    if (graph) cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    for (size_t i = 0; i < n_outs; i++) free(expect[i]);
+    th_backend_free(FUSEDNORM_CUDA, ws);
+    th_tensor *all[] = {&x, &res, &w, &b, &y, &ro, &rstd, &mean, &dy, &dx, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) th_free(all[i]);
+}
+
+/* ---- over 2^31 elements ----------------------------------------------------------- */
+
+static uint16_t hashed_bf16(uint64_t i, uint64_t salt)
+{
+    uint64_t z = i * 0x9e3779b97f4a7c15ull + salt;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    /* sign, exponent 126 or 127 (|v| in [0.5, 2)), 7 mantissa bits: distinct rows */
+    return (uint16_t)(((z & 1u) << 15) | ((126u + ((z >> 1) & 1u)) << 7) | ((z >> 2) & 0x7fu));
+}
+
+static void test_over_2g_elements(void)
+{
+    const int64_t R = (1 << 21) + 3, N = 1024, E = R * N;
+    const size_t bytes = (size_t)E * 2;
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    if (free_b < 4 * bytes + (1ull << 30)) {
+        printf("note: %zu MiB free on the device; the >2^31-element case needs %zu MiB and was not run\n",
+               free_b >> 20, (4 * bytes + (1ull << 30)) >> 20);
+        return;
+    }
+    snprintf(th_context, sizeof th_context, "cuda rmsnorm bf16 rows %lld cols %lld (> 2^31 elements)", (long long)R,
+             (long long)N);
+    uint16_t *hx = malloc(bytes), *hdy = malloc(bytes), *hw = malloc(N * 2), *row = malloc(N * 2);
+    float *hrstd = malloc(sizeof(float) * (size_t)R);
+    void *dxp = NULL, *dyp = NULL, *dwp = NULL, *ddx = NULL, *dy_ = NULL, *drstd = NULL, *ddw = NULL;
+    if (!hx || !hdy || !hw || !row || !hrstd) {
+        th_record(0, __FILE__, __LINE__, "host allocation failed");
+        goto out;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < E; i++) {
+        hx[i] = hashed_bf16((uint64_t)i, 1);
+        hdy[i] = hashed_bf16((uint64_t)i, 2);
+    }
+    for (int64_t j = 0; j < N; j++) hw[j] = fn_f32_to_bf16((float)th_uniform(0.5, 1.5));
+    CUDA_OK(cudaMalloc(&dxp, bytes));
+    CUDA_OK(cudaMalloc(&dyp, bytes));
+    CUDA_OK(cudaMalloc(&ddx, bytes));
+    CUDA_OK(cudaMalloc(&dy_, bytes));
+    CUDA_OK(cudaMalloc(&drstd, sizeof(float) * (size_t)R));
+    CUDA_OK(cudaMalloc(&dwp, N * 2));
+    CUDA_OK(cudaMalloc(&ddw, N * 2));
+    if (!dxp || !dyp || !ddx || !dy_ || !drstd || !dwp || !ddw) goto out;
+    CUDA_OK(cudaMemcpy(dxp, hx, bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dy_, hdy, bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dwp, hw, N * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(dyp, 0xFF, bytes));
+    CUDA_OK(cudaMemset(ddx, 0xFF, bytes));
+    CUDA_OK(cudaMemset(ddw, 0xFF, N * 2));
+
+    fusednorm_fwd_args f;
+    memset(&f, 0, sizeof f);
+    f.norm = FUSEDNORM_RMSNORM;
+    f.rows = R;
+    f.cols = N;
+    f.eps = 1e-6f;
+    f.x = (fusednorm_tensor){dxp, FUSEDNORM_BF16, 0};
+    f.weight = (fusednorm_tensor){dwp, FUSEDNORM_BF16, 0};
+    f.y = (fusednorm_tensor){dyp, FUSEDNORM_BF16, 0};
+    f.rstd = drstd;
+    f.backend = FUSEDNORM_CUDA;
+    ASSERT_STATUS(fusednorm_fwd(&f), FUSEDNORM_OK);
+    fusednorm_bwd_args g;
+    memset(&g, 0, sizeof g);
+    g.norm = FUSEDNORM_RMSNORM;
+    g.rows = R;
+    g.cols = N;
+    g.eps = 1e-6f;
+    g.dy = (fusednorm_tensor){dy_, FUSEDNORM_BF16, 0};
+    g.x = (fusednorm_tensor){dxp, FUSEDNORM_BF16, 0};
+    g.weight = (fusednorm_tensor){dwp, FUSEDNORM_BF16, 0};
+    g.rstd = drstd;
+    g.dx = (fusednorm_tensor){ddx, FUSEDNORM_BF16, 0};
+    g.dweight = (fusednorm_tensor){ddw, FUSEDNORM_BF16, 0};
+    g.backend = FUSEDNORM_CUDA;
+    size_t need = 0;
+    ASSERT_STATUS(fusednorm_bwd_workspace_size(&g, &need), FUSEDNORM_OK);
+    void *ws = th_backend_malloc(FUSEDNORM_CUDA, need);
+    g.workspace = ws;
+    g.workspace_bytes = need;
+    ASSERT_STATUS(fusednorm_bwd(&g), FUSEDNORM_OK);
+    CUDA_OK(cudaDeviceSynchronize());
+    th_backend_free(FUSEDNORM_CUDA, ws);
+    CUDA_OK(cudaMemcpy(hrstd, drstd, sizeof(float) * (size_t)R, cudaMemcpyDeviceToHost));
+
+    /* Sampled rows: both ends, around element 2^31 (row 2^21) and random ones. */
+    int64_t samples[24] = {0, 1, (1 << 20), (1 << 21) - 2, (1 << 21) - 1, 1 << 21, (1 << 21) + 1, (1 << 21) + 2};
+    for (int k = 8; k < 24; k++) samples[k] = (int64_t)(th_rand_u64() % (uint64_t)R);
+    const double u32 = 0x1p-24, ubf = 0x1p-8, red = u32 * (4.0 + 4.0 * sqrt((double)N));
+    int64_t bad = 0;
+    for (int k = 0; k < 24; k++) {
+        const int64_t r = samples[k];
+        fusednorm_fwd_args hf = f;
+        hf.rows = 1;
+        hf.x.data = hx + r * N;
+        hf.weight.data = hw;
+        hf.rstd = NULL;
+        double yref[1024], rs;
+        fn_ref_fwd(&hf, yref, NULL, &rs, NULL);
+        bad += !(fabs(hrstd[r] - rs) <= red * rs);
+        CUDA_OK(cudaMemcpy(row, (uint16_t *)dyp + r * N, N * 2, cudaMemcpyDeviceToHost));
+        double maxw = 0.0, maxxhat = 0.0;
+        for (int64_t j = 0; j < N; j++) {
+            maxw = fmax(maxw, fn_bf16_to_f32(hw[j]));
+            maxxhat = fmax(maxxhat, fabs(fn_bf16_to_f32(hx[r * N + j]) * rs));
+        }
+        for (int64_t j = 0; j < N; j++) {
+            double got = fn_bf16_to_f32(row[j]);
+            double tol = 2 * ubf * fabs(yref[j]) + red * 2 * maxxhat * maxw;
+            if (!(fabs(got - yref[j]) <= tol)) {
+                if (bad < 5) fprintf(stderr, "  y row %lld col %lld: got %g want %g\n", (long long)r, (long long)j, got, yref[j]);
+                bad++;
+            }
+        }
+        fusednorm_bwd_args hb = g;
+        hb.rows = 1;
+        hb.dy.data = hdy + r * N;
+        hb.x.data = hx + r * N;
+        hb.weight.data = hw;
+        float rsf = hrstd[r];
+        hb.rstd = &rsf;
+        hb.dweight.data = NULL;
+        double dxref[1024];
+        fn_ref_bwd(&hb, dxref, NULL, NULL);
+        CUDA_OK(cudaMemcpy(row, (uint16_t *)ddx + r * N, N * 2, cudaMemcpyDeviceToHost));
+        double maxg = 0.0, ssg = 0.0;
+        for (int64_t j = 0; j < N; j++) {
+            double gj = fn_bf16_to_f32(hdy[r * N + j]) * fn_bf16_to_f32(hw[j]);
+            maxg = fmax(maxg, fabs(gj));
+            ssg += gj * gj;
+        }
+        const double dx_abs = u32 * rsf * (1.0 + maxxhat) * (8.0 * maxg + 4.0 * sqrt((double)N) * sqrt(ssg / N));
+        for (int64_t j = 0; j < N; j++) {
+            double got = fn_bf16_to_f32(row[j]);
+            if (!(fabs(got - dxref[j]) <= 2 * ubf * fabs(dxref[j]) + dx_abs)) {
+                if (bad < 5) fprintf(stderr, "  dx row %lld col %lld: got %g want %g\n", (long long)r, (long long)j, got, dxref[j]);
+                bad++;
+            }
+        }
+    }
+    th_record(bad == 0, __FILE__, __LINE__, "%lld sampled values out of tolerance", (long long)bad);
+
+    /* dweight over all rows, in double on the host (threads over row blocks,
+     * fixed-order sum of their partials). */
+    {
+        const int nt = omp_get_max_threads();
+        double *part = calloc((size_t)nt * 2 * N, sizeof(double));
+#pragma omp parallel num_threads(nt)
+        {
+            double *p = part + (size_t)omp_get_thread_num() * 2 * N; /* [sum dy*xhat | sum (dy*xhat)^2] */
+#pragma omp for schedule(static)
+            for (int64_t r = 0; r < R; r++) {
+                double rs = hrstd[r];
+                for (int64_t j = 0; j < N; j++) {
+                    double t = fn_bf16_to_f32(hdy[r * N + j]) * fn_bf16_to_f32(hx[r * N + j]) * rs;
+                    p[j] += t;
+                    p[N + j] += t * t;
+                }
+            }
+        }
+        CUDA_OK(cudaMemcpy(row, ddw, N * 2, cudaMemcpyDeviceToHost));
+        int64_t dw_bad = 0;
+        for (int64_t j = 0; j < N; j++) {
+            double want = 0.0, l2 = 0.0;
+            for (int t = 0; t < nt; t++) {
+                want += part[(size_t)t * 2 * N + j];
+                l2 += part[(size_t)t * 2 * N + N + j];
+            }
+            double tol = 2 * ubf * fabs(want) + 8.0 * u32 * (sqrt((double)R) + sqrt((double)N) + 1.0) * sqrt(l2);
+            double got = fn_bf16_to_f32(row[j]);
+            if (!(fabs(got - want) <= tol)) {
+                if (dw_bad < 5) fprintf(stderr, "  dweight[%lld]: got %g want %g tol %g\n", (long long)j, got, want, tol);
+                dw_bad++;
+            }
+        }
+        th_record(dw_bad == 0, __FILE__, __LINE__, "dweight: %lld of %lld out of tolerance", (long long)dw_bad,
+                  (long long)N);
+        free(part);
+    }
+out:
+    cudaFree(dxp);
+    cudaFree(dyp);
+    cudaFree(ddx);
+    cudaFree(dy_);
+    cudaFree(drstd);
+    cudaFree(dwp);
+    cudaFree(ddw);
+    free(hx);
+    free(hdy);
+    free(hw);
+    free(row);
+    free(hrstd);
+}
+#endif
+
+int main(void)
+{
+    if (!fusednorm_cuda_available()) {
+        printf("SKIP: no CUDA device available (fusednorm_cuda_available() == 0); GPU tests not run\n");
+        return 77;
+    }
+#if FUSEDNORM_WITH_CUDA
+    th_init("test_cuda_ops");
+    th_suite_all(FUSEDNORM_CUDA);
+    test_gpu_vs_cpu();
+    test_determinism();
+    test_unsupported_mix();
+    test_graph_capture();
+    test_over_2g_elements();
+    return th_finish();
+#else
+    printf("SKIP: fusednorm_cuda_available() is 1 but the tests were built without CUDA\n");
+    return 77;
+#endif
+}
