@@ -40,16 +40,16 @@ static inline float cpu_ld_f16(const unsigned char *p, int64_t i)
     return fn_f16_to_f32(h);
 }
 
-/* fn_f32_to_bf16 without the branch: the NaN test becomes a select, which the
- * vectorizer handles. The magnitude fits in int32, so a signed compare (which
- * SSE has) is exact. */
+/* fn_f32_to_bf16 without the branch: the NaN test becomes a select on the
+ * 32-bit value before the one shift, which the vectorizer turns into a blend.
+ * ((u | 0x400000) >> 16 == (u >> 16) | 0x40.) The magnitude fits in int32, so
+ * a signed compare (which SSE has) is exact. */
 static inline uint16_t cpu_f32_to_bf16(float f)
 {
     uint32_t u = fn_f32_to_bits(f);
-    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    uint32_t quiet_nan = (u >> 16) | 0x0040u;
     int32_t magnitude = (int32_t)(u & 0x7fffffffu);
-    return (uint16_t)(magnitude > 0x7f800000 ? quiet_nan : rounded);
+    uint32_t r = magnitude > 0x7f800000 ? (u | 0x00400000u) : u + 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(r >> 16);
 }
 static inline void cpu_st_bf16(unsigned char *p, int64_t i, float v)
 {
@@ -113,29 +113,131 @@ static inline void cpu_store_row(void *dst, fusednorm_dtype t, const float *rest
     }
 }
 
-/* mean and rstd of one fp32 row. Row sums are accumulated in double (the
- * contract allows fp32 or wider; measured no slower than fp32 here, since the
- * pass runs over a row already in L1/L2 while the next row streams in), the
- * per-element work (h - mean) stays fp32 as in every other backend. mean is 0
- * for RMSNorm. */
-static inline void cpu_row_stats(const float *restrict h, int64_t n, int layernorm, float eps, float *mean_out,
-                                 float *rstd_out)
+/* Row statistics. Row sums are accumulated in double: the contract allows
+ * fp32 or wider, and each product of two floats is exact in double, so the
+ * only rounding is in the additions. The per-element work (h - mean) stays in
+ * fp32, as in every other backend. mean is 0 for RMSNorm.
+ *
+ * The first sum is taken while the row is loaded (cpu_load_row_sum /
+ * cpu_add_row_sum: sum of h for LayerNorm, sum of h^2 for RMSNorm), so that
+ * RMSNorm reads its scratch row once more (to normalize) and LayerNorm twice
+ * (two-pass variance around the fp32 mean, which stays accurate when
+ * |mean| >> std). */
+#define CPU_SUM_LOOP(LOAD, ACCUMULATE_INTO_DST)                                                                       \
+    if (squares) {                                                                                                    \
+        _Pragma("omp simd reduction(+ : sum)") for (int64_t i = 0; i < n; i++)                                       \
+        {                                                                                                             \
+            float v = ACCUMULATE_INTO_DST ? dst[i] + LOAD(p, i) : LOAD(p, i);                                         \
+            dst[i] = v;                                                                                               \
+            sum += (double)v * (double)v;                                                                             \
+        }                                                                                                             \
+    } else {                                                                                                          \
+        _Pragma("omp simd reduction(+ : sum)") for (int64_t i = 0; i < n; i++)                                       \
+        {                                                                                                             \
+            float v = ACCUMULATE_INTO_DST ? dst[i] + LOAD(p, i) : LOAD(p, i);                                         \
+            dst[i] = v;                                                                                               \
+            sum += (double)v;                                                                                         \
+        }                                                                                                             \
+    }
+
+/* dst[i] = src[i] (or dst[i] + src[i] when accumulate); returns the sum of the
+ * new dst[i] (or of their squares when squares). */
+static inline double cpu_load_row_sum(float *restrict dst, const void *src, fusednorm_dtype t, int64_t n,
+                                      int accumulate, int squares)
+{
+    const unsigned char *p = (const unsigned char *)src;
+    double sum = 0.0;
+    if (accumulate) {
+        switch (t) {
+        case FUSEDNORM_BF16: CPU_SUM_LOOP(cpu_ld_bf16, 1) break;
+        case FUSEDNORM_F16: CPU_SUM_LOOP(cpu_ld_f16, 1) break;
+        default: CPU_SUM_LOOP(cpu_ld_f32, 1) break;
+        }
+    } else {
+        switch (t) {
+        case FUSEDNORM_BF16: CPU_SUM_LOOP(cpu_ld_bf16, 0) break;
+        case FUSEDNORM_F16: CPU_SUM_LOOP(cpu_ld_f16, 0) break;
+        default: CPU_SUM_LOOP(cpu_ld_f32, 0) break;
+        }
+    }
+    return sum;
+}
+
+/* mean and rstd from the first sum (see above) and, for LayerNorm, a second
+ * pass over the row. */
+static inline void cpu_row_stats(const float *restrict h, int64_t n, int layernorm, double first_sum, float eps,
+                                 float *mean_out, float *rstd_out)
 {
     float mean = 0.0f;
+    double sum_sq = first_sum;
     if (layernorm) {
-        double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t i = 0; i < n; i++) sum += (double)h[i];
-        mean = (float)(sum / (double)n);
-    }
-    double sum_sq = 0.0;
+        mean = (float)(first_sum / (double)n);
+        sum_sq = 0.0;
 #pragma omp simd reduction(+ : sum_sq)
-    for (int64_t i = 0; i < n; i++) {
-        float d = h[i] - mean;
-        sum_sq += (double)d * (double)d;
+        for (int64_t i = 0; i < n; i++) {
+            float d = h[i] - mean;
+            sum_sq += (double)d * (double)d;
+        }
     }
     *mean_out = mean;
     *rstd_out = (float)(1.0 / sqrt(sum_sq / (double)n + (double)eps));
 }
+
+/* ---- streaming stores ----------------------------------------------------
+ * Large outputs are written with non-temporal stores: a plain store first
+ * reads the destination line (read-for-ownership), so a row written the
+ * ordinary way costs its bytes twice; the copy bandwidth we are measured
+ * against (memcpy) streams too. Only for outputs far larger than the caches
+ * (the caller decides), since streamed lines are not left in cache. fp16 has
+ * no fast path and uses ordinary stores. The caller issues cpu_stream_fence()
+ * before its threads finish. */
+#if defined(__SSE4_1__)
+#include <immintrin.h>
+#define CPU_HAVE_STREAM 1
+
+/* Four floats to bf16 as in cpu_f32_to_bf16, in the low halves of 32-bit lanes
+ * (arithmetic shift: the value then packs exactly with signed saturation). */
+static inline __m128i cpu_bf16x4(__m128 f)
+{
+    __m128i u = _mm_castps_si128(f);
+    __m128i lsb = _mm_and_si128(_mm_srli_epi32(u, 16), _mm_set1_epi32(1));
+    __m128i rounded = _mm_add_epi32(_mm_add_epi32(u, _mm_set1_epi32(0x7fff)), lsb);
+    __m128i magnitude = _mm_and_si128(u, _mm_set1_epi32(0x7fffffff));
+    __m128i is_nan = _mm_cmpgt_epi32(magnitude, _mm_set1_epi32(0x7f800000));
+    __m128i quiet = _mm_or_si128(u, _mm_set1_epi32(0x00400000));
+    return _mm_srai_epi32(_mm_blendv_epi8(rounded, quiet, is_nan), 16);
+}
+
+static inline void cpu_stream_row(void *dst, fusednorm_dtype t, const float *restrict src, int64_t n)
+{
+    unsigned char *p = (unsigned char *)dst;
+    size_t es = t == FUSEDNORM_F32 ? 4 : 2;
+    if (t == FUSEDNORM_F16 || ((uintptr_t)p & (es - 1)) != 0) {
+        cpu_store_row(dst, t, src, n);
+        return;
+    }
+    int64_t head = (int64_t)(((16 - ((uintptr_t)p & 15)) & 15) / es);
+    if (head > n) head = n;
+    cpu_store_row(p, t, src, head);
+    int64_t i = head;
+    if (t == FUSEDNORM_F32) {
+        for (; i + 4 <= n; i += 4) _mm_stream_ps((float *)(void *)(p + 4 * i), _mm_loadu_ps(src + i));
+    } else {
+        for (; i + 8 <= n; i += 8) {
+            __m128i lo = cpu_bf16x4(_mm_loadu_ps(src + i)), hi = cpu_bf16x4(_mm_loadu_ps(src + i + 4));
+            _mm_stream_si128((__m128i *)(void *)(p + 2 * i), _mm_packs_epi32(lo, hi));
+        }
+    }
+    cpu_store_row(p + (size_t)i * es, t, src + i, n - i);
+}
+static inline void cpu_stream_fence(void) { _mm_sfence(); }
+#else
+#define CPU_HAVE_STREAM 0
+static inline void cpu_stream_row(void *dst, fusednorm_dtype t, const float *restrict src, int64_t n)
+{
+    cpu_store_row(dst, t, src, n);
+}
+static inline void cpu_stream_fence(void) {}
+#endif
 
 #endif

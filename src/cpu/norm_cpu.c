@@ -41,6 +41,15 @@
 /* Scratch rows are padded to whole cache lines; the workspace is realigned
  * inside, which costs this many extra bytes. */
 #define CPU_ALIGN 64
+/* Outputs at least this large are written with streaming stores (see
+ * cpu_rows.h): far beyond the caches, where their lines would not survive
+ * until the next op reads them anyway. */
+#define CPU_STREAM_MIN_BYTES ((int64_t)32 << 20)
+
+static int stream_output(const fusednorm_tensor *t, int64_t rows, int64_t cols)
+{
+    return CPU_HAVE_STREAM && t->data && rows * cols * (int64_t)fn_dtype_size(t->dtype) >= CPU_STREAM_MIN_BYTES;
+}
 
 static const unsigned char *row_in(const fusednorm_tensor *t, int64_t r)
 {
@@ -114,17 +123,32 @@ static void fwd_normalize_store(void *y, fusednorm_dtype t, const float *restric
 }
 
 static void fwd_row(const fusednorm_fwd_args *a, int64_t r, float *restrict h, const float *restrict wf,
-                    const float *restrict bf)
+                    const float *restrict bf, int stream_y, int stream_residual_out)
 {
     int64_t n = a->cols;
-    cpu_load_row(h, row_in(&a->x, r), a->x.dtype, n);
-    if (a->residual.data) cpu_add_row(h, row_in(&a->residual, r), a->residual.dtype, n);
-    if (a->residual_out.data) cpu_store_row(row_out(&a->residual_out, r), a->residual_out.dtype, h, n);
+    int layernorm = a->norm == FUSEDNORM_LAYERNORM;
+    double first_sum;
+    if (a->residual.data) {
+        cpu_load_row(h, row_in(&a->x, r), a->x.dtype, n);
+        first_sum = cpu_load_row_sum(h, row_in(&a->residual, r), a->residual.dtype, n, 1, !layernorm);
+    } else {
+        first_sum = cpu_load_row_sum(h, row_in(&a->x, r), a->x.dtype, n, 0, !layernorm);
+    }
+    if (stream_residual_out) cpu_stream_row(row_out(&a->residual_out, r), a->residual_out.dtype, h, n);
+    else if (a->residual_out.data) cpu_store_row(row_out(&a->residual_out, r), a->residual_out.dtype, h, n);
     float mean, rstd;
-    cpu_row_stats(h, n, a->norm == FUSEDNORM_LAYERNORM, a->eps, &mean, &rstd);
+    cpu_row_stats(h, n, layernorm, first_sum, a->eps, &mean, &rstd);
     if (a->rstd) a->rstd[r] = rstd;
     if (a->mean) a->mean[r] = mean;
-    fwd_normalize_store(row_out(&a->y, r), a->y.dtype, h, wf, bf, mean, rstd, n);
+    if (stream_y) {
+        if (bf)
+            for (int64_t i = 0; i < n; i++) h[i] = ((h[i] - mean) * rstd) * wf[i] + bf[i];
+        else
+            for (int64_t i = 0; i < n; i++) h[i] = ((h[i] - mean) * rstd) * wf[i];
+        cpu_stream_row(row_out(&a->y, r), a->y.dtype, h, n);
+    } else {
+        fwd_normalize_store(row_out(&a->y, r), a->y.dtype, h, wf, bf, mean, rstd, n);
+    }
 }
 
 fusednorm_status fn_cpu_fwd(const fusednorm_fwd_args *a)
@@ -142,11 +166,14 @@ fusednorm_status fn_cpu_fwd(const fusednorm_fwd_args *a)
     prepare_weight(wf, &a->weight, a->weight_offset, cols);
     if (bf) cpu_load_row(bf, a->bias.data, a->bias.dtype, cols);
 
+    int stream_y = stream_output(&a->y, rows, cols);
+    int stream_residual_out = stream_output(&a->residual_out, rows, cols);
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         float *h = thread_rows + (int64_t)omp_get_thread_num() * stride;
 #pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) fwd_row(a, r, h, wf, bf);
+        for (int64_t r = 0; r < rows; r++) fwd_row(a, r, h, wf, bf, stream_y, stream_residual_out);
+        cpu_stream_fence();
     }
     free(scratch);
     return FUSEDNORM_OK;
@@ -190,44 +217,81 @@ fusednorm_status fn_cpu_bwd_workspace_size(const fusednorm_bwd_args *a, size_t *
     return FUSEDNORM_OK;
 }
 
+/* One pass over the row in scratch: x_hat replaces x, g = dy * wf, the row
+ * sums of x_hat*g (and g for LayerNorm), and the chunk's dweight/dbias terms.
+ * Written out per feature so that each variant is one vectorizable loop. */
+#define BWD_SUM_LOOP(LAYERNORM, WITH_DW, WITH_DB)                                                                     \
+    {                                                                                                                 \
+        _Pragma("omp simd reduction(+ : sum_xg, sum_g)") for (int64_t i = 0; i < n; i++)                             \
+        {                                                                                                             \
+            float xhat = (xs[i] - mean) * rstd;                                                                       \
+            float dyv = gs[i];                                                                                        \
+            float g = dyv * wf[i];                                                                                    \
+            xs[i] = xhat;                                                                                             \
+            sum_xg += (double)xhat * (double)g;                                                                       \
+            if (LAYERNORM) sum_g += (double)g;                                                                        \
+            if (WITH_DW) dw_partial[i] += dyv * xhat;                                                                 \
+            if (WITH_DB) db_partial[i] += dyv;                                                                        \
+        }                                                                                                             \
+    }
+
+/* dh = rstd * (g - mean(g) - x_hat * mean(x_hat * g)), mean(g) = 0 for RMSNorm. */
+#define BWD_DH(i) (rstd * ((gs[i] * wf[i] - mean_g) - xs[i] * mean_xg))
+#define BWD_DH_STORE_LOOP(STORE)                                                                                      \
+    for (int64_t i = 0; i < n; i++) STORE(p, i, BWD_DH(i));
+
 /* One row. xs, gs: the thread's fp32 scratch rows. dw_partial / db_partial:
  * this chunk's partial rows (NULL when not wanted). */
 static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float *restrict xs, float *restrict gs,
-                    const float *restrict wf, float *restrict dw_partial, float *restrict db_partial)
+                    const float *restrict wf, float *restrict dw_partial, float *restrict db_partial, int stream)
 {
     int64_t n = a->cols;
     int layernorm = a->norm == FUSEDNORM_LAYERNORM;
-    cpu_load_row(xs, row_in(&a->x, r), a->x.dtype, n);
     float mean, rstd;
     if (a->rstd) {
+        cpu_load_row(xs, row_in(&a->x, r), a->x.dtype, n);
         rstd = a->rstd[r];
         mean = a->mean ? a->mean[r] : 0.0f;
     } else {
-        cpu_row_stats(xs, n, layernorm, a->eps, &mean, &rstd);
+        double first_sum = cpu_load_row_sum(xs, row_in(&a->x, r), a->x.dtype, n, 0, !layernorm);
+        cpu_row_stats(xs, n, layernorm, first_sum, a->eps, &mean, &rstd);
     }
     cpu_load_row(gs, row_in(&a->dy, r), a->dy.dtype, n);
 
-    /* x_hat in place of x; the two row sums; this row's dweight/dbias terms. */
+    /* x_hat in place of x; the row sums; this row's dweight/dbias terms. */
     double sum_xg = 0.0, sum_g = 0.0;
-#pragma omp simd reduction(+ : sum_xg, sum_g)
-    for (int64_t i = 0; i < n; i++) {
-        float xhat = (xs[i] - mean) * rstd;
-        float g = gs[i] * wf[i];
-        xs[i] = xhat;
-        sum_xg += (double)xhat * (double)g;
-        sum_g += (double)g;
+    if (layernorm) {
+        if (dw_partial && db_partial) BWD_SUM_LOOP(1, 1, 1)
+        else if (dw_partial) BWD_SUM_LOOP(1, 1, 0)
+        else if (db_partial) BWD_SUM_LOOP(1, 0, 1)
+        else BWD_SUM_LOOP(1, 0, 0)
+    } else {
+        if (dw_partial && db_partial) BWD_SUM_LOOP(0, 1, 1)
+        else if (dw_partial) BWD_SUM_LOOP(0, 1, 0)
+        else if (db_partial) BWD_SUM_LOOP(0, 0, 1)
+        else BWD_SUM_LOOP(0, 0, 0)
     }
-    if (dw_partial)
-        for (int64_t i = 0; i < n; i++) dw_partial[i] += gs[i] * xs[i];
-    if (db_partial)
-        for (int64_t i = 0; i < n; i++) db_partial[i] += gs[i];
-
     float mean_xg = (float)(sum_xg / (double)n);
     float mean_g = layernorm ? (float)(sum_g / (double)n) : 0.0f;
-    for (int64_t i = 0; i < n; i++) gs[i] = rstd * ((gs[i] * wf[i] - mean_g) - xs[i] * mean_xg);
+
+    if (!stream && !a->dresidual_out.data && !a->dresidual.data) {
+        unsigned char *p = row_out(&a->dx, r);
+        switch (a->dx.dtype) {
+        case FUSEDNORM_BF16: BWD_DH_STORE_LOOP(cpu_st_bf16) break;
+        case FUSEDNORM_F16: BWD_DH_STORE_LOOP(cpu_st_f16) break;
+        default: BWD_DH_STORE_LOOP(cpu_st_f32) break;
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) gs[i] = BWD_DH(i);
     if (a->dresidual_out.data) cpu_add_row(gs, row_in(&a->dresidual_out, r), a->dresidual_out.dtype, n);
-    cpu_store_row(row_out(&a->dx, r), a->dx.dtype, gs, n);
-    if (a->dresidual.data) cpu_store_row(row_out(&a->dresidual, r), a->dresidual.dtype, gs, n);
+    if (stream) {
+        cpu_stream_row(row_out(&a->dx, r), a->dx.dtype, gs, n);
+        if (a->dresidual.data) cpu_stream_row(row_out(&a->dresidual, r), a->dresidual.dtype, gs, n);
+    } else {
+        cpu_store_row(row_out(&a->dx, r), a->dx.dtype, gs, n);
+        if (a->dresidual.data) cpu_store_row(row_out(&a->dresidual, r), a->dresidual.dtype, gs, n);
+    }
 }
 
 /* out[j] (+)= sum over chunks, in chunk order, of partials[c * stride + j]. */
@@ -294,13 +358,14 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
     /* Without dweight/dbias any split of rows is fine; with them, the split is
      * the plan's chunks, whatever thread runs each one. */
     int64_t chunks = plan.chunks > 0 ? plan.chunks : 1;
+    int stream = stream_output(&a->dx, rows, cols);
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         float *xs = thread_rows + 2 * (int64_t)omp_get_thread_num() * stride;
         float *gs = xs + stride;
         if (plan.chunks == 0) {
 #pragma omp for schedule(static)
-            for (int64_t r = 0; r < rows; r++) bwd_row(a, r, xs, gs, wf, NULL, NULL);
+            for (int64_t r = 0; r < rows; r++) bwd_row(a, r, xs, gs, wf, NULL, NULL, stream);
         } else {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t c = 0; c < chunks; c++) {
@@ -309,9 +374,10 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
                 float *dbp = db_partials ? db_partials + c * stride : NULL;
                 if (dwp) memset(dwp, 0, (size_t)cols * sizeof(float));
                 if (dbp) memset(dbp, 0, (size_t)cols * sizeof(float));
-                for (int64_t r = r0; r < r1; r++) bwd_row(a, r, xs, gs, wf, dwp, dbp);
+                for (int64_t r = r0; r < r1; r++) bwd_row(a, r, xs, gs, wf, dwp, dbp, stream);
             }
         }
+        cpu_stream_fence();
     }
     free(scratch);
 
