@@ -1,0 +1,511 @@
+/*
+ * The CUDA backend's host side (C): checks the dtype mix and the device,
+ * switches to args->device (and back), fills the kernel parameters, asks the
+ * planner for a launch shape, sizes the persistent grid with an occupancy
+ * query (cached per device and kernel shape), and launches on args->stream.
+ * It never synchronizes the host and never allocates, so a forward/backward
+ * pair can be captured in a CUDA graph; the backward's workspace is the
+ * caller's.
+ */
+#include "internal.h"
+#include "plan.h"
+#include "kernel_params.h"
+
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdint.h>
+
+#define WS_ALIGN 256
+
+/* ---- per-device facts and occupancy, cached (never shared across devices) -- */
+
+typedef struct device_facts {
+    int ready, cc_major, sm_count;
+} device_facts;
+
+enum { MAX_DEVICES = 64, OCC_CACHE = 512 };
+static device_facts g_devices[MAX_DEVICES];
+
+typedef struct occ_entry {
+    int used, device, is_bwd, dt_x, vec, ept, threads, cluster, smem_rows, two_pass;
+    int active;
+} occ_entry;
+static occ_entry g_occ[OCC_CACHE];
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static fusednorm_status cuda_fail(const char *fn, const char *what, cudaError_t e)
+{
+    if (e == cudaErrorMemoryAllocation)
+        return fn_error(FUSEDNORM_ERROR_OUT_OF_MEMORY, "%s: %s: %s", fn, what, cudaGetErrorString(e));
+    return fn_error(FUSEDNORM_ERROR_DEVICE, "%s: %s: %s (%s)", fn, what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static fusednorm_status device_facts_get(int dev, device_facts *out, const char *fn)
+{
+    pthread_mutex_lock(&g_lock);
+    device_facts f = g_devices[dev];
+    pthread_mutex_unlock(&g_lock);
+    if (!f.ready) {
+        cudaError_t e = cudaDeviceGetAttribute(&f.cc_major, cudaDevAttrComputeCapabilityMajor, dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&f.sm_count, cudaDevAttrMultiProcessorCount, dev);
+        if (e != cudaSuccess) return cuda_fail(fn, "reading device attributes", e);
+        f.ready = 1;
+        pthread_mutex_lock(&g_lock);
+        g_devices[dev] = f;
+        pthread_mutex_unlock(&g_lock);
+    }
+    *out = f;
+    return FUSEDNORM_OK;
+}
+
+/* Switches to `device` for the duration of a call and back afterwards. */
+typedef struct device_guard {
+    int prev, switched;
+} device_guard;
+
+static fusednorm_status guard_enter(device_guard *g, int device, const char *fn)
+{
+    int count = 0;
+    g->switched = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return fn_error(FUSEDNORM_ERROR_UNSUPPORTED, "%s: no usable CUDA device (%s)", fn,
+                        e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
+    if (device < 0 || device >= count || device >= MAX_DEVICES)
+        return fn_error(FUSEDNORM_ERROR_INVALID_ARGUMENT, "%s: device (%d) is not a CUDA device ordinal (count %d)", fn,
+                        device, count);
+    e = cudaGetDevice(&g->prev);
+    if (e != cudaSuccess) return cuda_fail(fn, "cudaGetDevice", e);
+    if (g->prev != device) {
+        e = cudaSetDevice(device);
+        if (e != cudaSuccess) return cuda_fail(fn, "cudaSetDevice", e);
+        g->switched = 1;
+    }
+    return FUSEDNORM_OK;
+}
+
+static void guard_exit(const device_guard *g)
+{
+    if (g->switched) cudaSetDevice(g->prev);
+}
+
+/* ---- dtype mixes the kernels are built for ------------------------------- */
+
+/* A tensor of a group is either the activation dtype or fp32, and every present
+ * tensor of a group shares one dtype. */
+static int group_dtype(fusednorm_dtype act, const fusednorm_tensor *const *ts, int n, int *dt)
+{
+    *dt = -1;
+    for (int i = 0; i < n; i++) {
+        if (!ts[i]->data) continue;
+        if (ts[i]->dtype != act && ts[i]->dtype != FUSEDNORM_F32) return 0;
+        if (*dt >= 0 && *dt != (int)ts[i]->dtype) return 0;
+        *dt = (int)ts[i]->dtype;
+    }
+    if (*dt < 0) *dt = (int)act;
+    return 1;
+}
+
+static fusednorm_status unsupported_mix(const char *fn, const char *what, const fusednorm_tensor *const *ts,
+                                        const char *const *names, int n, fusednorm_dtype act)
+{
+    char buf[256];
+    int len = 0;
+    for (int i = 0; i < n && len < (int)sizeof buf; i++)
+        if (ts[i]->data)
+            len += snprintf(buf + len, sizeof buf - len, "%s%s=%s", len ? ", " : "", names[i],
+                            fn_dtype_name(ts[i]->dtype));
+    if (len == 0) buf[0] = 0;
+    return fn_error(FUSEDNORM_ERROR_UNSUPPORTED,
+                    "%s: dtype mix not supported on CUDA: %s (%s) with x=%s; each must be x's dtype or f32, "
+                    "and one dtype for the group",
+                    fn, what, buf, fn_dtype_name(act));
+}
+
+/* ---- alignment ------------------------------------------------------------ */
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* A vector access covers VEC activation elements: 16 bytes of an activation
+ * tensor, 32 bytes of an fp32 tensor beside 16-bit activations; both are
+ * aligned whenever the base and the row pitch are multiples of 16 bytes. */
+static int tensor_vec_ok(const fusednorm_tensor *t)
+{
+    return !t->data || (aligned16(t->data) && ((size_t)t->row_stride * fn_dtype_size(t->dtype)) % 16 == 0);
+}
+
+static int vector_vec_ok(const void *p) { return !p || aligned16(p); }
+
+/* ---- occupancy (cached) ---------------------------------------------------- */
+
+static fusednorm_status max_active(int device, int is_bwd, const void *params, const fn_plan *pl, const char *fn,
+                                   int *active)
+{
+    const int dt_x = is_bwd ? ((const fn_bwd_params *)params)->dt_x : ((const fn_fwd_params *)params)->dt_x;
+    const int two_pass = pl->path == FN_PATH_TWO_PASS;
+    occ_entry key = {1, device, is_bwd, dt_x, pl->vec, pl->ept, pl->threads, pl->cluster, pl->rows_per_block > 1,
+                     two_pass, 0};
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < OCC_CACHE && g_occ[i].used; i++) {
+        occ_entry *o = &g_occ[i];
+        if (o->device == key.device && o->is_bwd == key.is_bwd && o->dt_x == key.dt_x && o->vec == key.vec &&
+            o->ept == key.ept && o->threads == key.threads && o->cluster == key.cluster &&
+            o->smem_rows == key.smem_rows && o->two_pass == key.two_pass) {
+            *active = o->active;
+            pthread_mutex_unlock(&g_lock);
+            return FUSEDNORM_OK;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    int n = 0, err;
+    if (!is_bwd) err = fn_max_active_fwd_rows((const fn_fwd_params *)params, pl->vec, pl->ept, pl->threads, &n);
+    else if (two_pass) err = fn_max_active_bwd_two_pass((const fn_bwd_params *)params, pl->vec, pl->threads, &n);
+    else err = fn_max_active_bwd_rows((const fn_bwd_params *)params, pl->vec, pl->ept, pl->threads, &n);
+    if (err) return cuda_fail(fn, "occupancy query", (cudaError_t)err);
+    key.active = n;
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < OCC_CACHE; i++)
+        if (!g_occ[i].used) {
+            g_occ[i] = key;
+            break;
+        }
+    pthread_mutex_unlock(&g_lock);
+    *active = n;
+    return FUSEDNORM_OK;
+}
+
+/* The host pointers of a CPU caller would fault inside a kernel and poison the
+ * context; catch them before any launch. */
+static fusednorm_status check_device_pointer(const void *p, const char *name, int device, const char *fn)
+{
+    if (!p) return FUSEDNORM_OK;
+    struct cudaPointerAttributes at;
+    cudaError_t e = cudaPointerGetAttributes(&at, p);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return fn_error(FUSEDNORM_ERROR_INVALID_ARGUMENT, "%s: %s (%p) is not a CUDA pointer", fn, name, p);
+    }
+    if (at.type == cudaMemoryTypeUnregistered || (at.type == cudaMemoryTypeHost && at.devicePointer == NULL))
+        return fn_error(FUSEDNORM_ERROR_INVALID_ARGUMENT, "%s: %s (%p) is host memory, not device memory", fn, name, p);
+    if (at.type == cudaMemoryTypeDevice && at.device != device)
+        return fn_error(FUSEDNORM_ERROR_INVALID_ARGUMENT, "%s: %s (%p) lives on device %d, not on device (%d)", fn,
+                        name, p, at.device, device);
+    return FUSEDNORM_OK;
+}
+
+/* ---- forward --------------------------------------------------------------- */
+
+fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
+{
+    static const char *fn = "fusednorm_fwd";
+    const fusednorm_dtype act = a->x.dtype;
+    int dt_w, dt_r, dt_y;
+    const fusednorm_tensor *wg[] = {&a->weight, &a->bias};
+    const char *wn[] = {"weight", "bias"};
+    const fusednorm_tensor *rg[] = {&a->residual, &a->residual_out};
+    const char *rn[] = {"residual", "residual_out"};
+    const fusednorm_tensor *yg[] = {&a->y};
+    const char *yn[] = {"y"};
+    if (!group_dtype(act, wg, 2, &dt_w)) return unsupported_mix(fn, "weight/bias", wg, wn, 2, act);
+    if (!group_dtype(act, rg, 2, &dt_r)) return unsupported_mix(fn, "residual/residual_out", rg, rn, 2, act);
+    if (!group_dtype(act, yg, 1, &dt_y)) return unsupported_mix(fn, "y", yg, yn, 1, act);
+
+    device_guard g;
+    fusednorm_status s = guard_enter(&g, a->device, fn);
+    if (s != FUSEDNORM_OK) return s;
+    device_facts df;
+    s = device_facts_get(a->device, &df, fn);
+    if (s == FUSEDNORM_OK) s = check_device_pointer(a->x.data, "x.data", a->device, fn);
+    if (s == FUSEDNORM_OK) s = check_device_pointer(a->y.data, "y.data", a->device, fn);
+    if (s != FUSEDNORM_OK) {
+        guard_exit(&g);
+        return s;
+    }
+
+    fn_fwd_params p = {0};
+    p.x = a->x.data;
+    p.res = a->residual.data;
+    p.w = a->weight.data;
+    p.b = a->bias.data;
+    p.y = a->y.data;
+    p.res_out = a->residual_out.data;
+    p.rstd = a->rstd;
+    p.mean = a->norm == FUSEDNORM_LAYERNORM ? a->mean : NULL;
+    p.rows = a->rows;
+    p.cols = a->cols;
+    p.sx = a->x.row_stride;
+    p.sres = a->residual.row_stride;
+    p.sy = a->y.row_stride;
+    p.sres_out = a->residual_out.row_stride;
+    p.eps = a->eps;
+    p.w_off = a->weight_offset;
+    p.is_ln = a->norm == FUSEDNORM_LAYERNORM;
+    p.dt_x = act;
+    p.dt_res = dt_r;
+    p.dt_res_out = dt_r;
+    p.dt_w = dt_w;
+    p.dt_y = dt_y;
+
+    const int x_bytes = (int)fn_dtype_size(act), vec = 16 / x_bytes;
+    const int vec_ok = a->cols % vec == 0 && tensor_vec_ok(&a->x) && tensor_vec_ok(&a->residual) &&
+                       tensor_vec_ok(&a->y) && tensor_vec_ok(&a->residual_out) && vector_vec_ok(a->weight.data) &&
+                       vector_vec_ok(a->bias.data);
+    fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok, df.cc_major, 16};
+    fn_plan pl = fn_plan_make(&pb);
+    p.tpr = pl.tpr;
+    p.rows_per_block = pl.rows_per_block;
+    p.cluster = pl.cluster;
+
+    int err = 0;
+    if (pl.path == FN_PATH_ROWS_IN_REGISTERS) {
+        int active = 0;
+        if (pl.cluster > 1) {
+            s = max_active(a->device, 0, &p, &pl, fn, &active);
+            if (s == FUSEDNORM_OK && active == 0) pl.path = FN_PATH_TWO_PASS; /* cluster cannot be co-scheduled */
+        }
+        if (s == FUSEDNORM_OK && pl.path == FN_PATH_ROWS_IN_REGISTERS) {
+            int64_t groups = (a->rows + pl.rows_per_block - 1) / pl.rows_per_block;
+            int64_t cap = ((int64_t)1 << 30) / pl.cluster;
+            if (groups > cap) groups = cap;
+            err = fn_launch_fwd_rows(&p, pl.vec, pl.ept, (int)(groups * pl.cluster), pl.threads, a->stream);
+        }
+    }
+    if (s == FUSEDNORM_OK && pl.path == FN_PATH_TWO_PASS) {
+        int64_t grid = a->rows < (int64_t)df.sm_count * 4 ? a->rows : (int64_t)df.sm_count * 4;
+        p.tpr = 512;
+        p.rows_per_block = 1;
+        p.cluster = 1;
+        err = fn_launch_fwd_two_pass(&p, pl.vec, (int)grid, 512, a->stream);
+    }
+    guard_exit(&g);
+    if (s != FUSEDNORM_OK) return s;
+    if (err) return cuda_fail(fn, "kernel launch", (cudaError_t)err);
+    return FUSEDNORM_OK;
+}
+
+/* ---- backward -------------------------------------------------------------- */
+
+typedef struct bwd_setup {
+    fn_bwd_params p;
+    fn_plan plan;
+    int grid;            /* CTAs */
+    size_t ws_bytes;     /* workspace the launch needs (0: none) */
+    int direct_atomic_w; /* ATOMIC into an fp32 dweight itself, no workspace */
+    int direct_atomic_b;
+} bwd_setup;
+
+/* Everything short of launching: shared by the workspace query and the
+ * backward itself, so that both agree on the size. Runs inside the guard. */
+static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn, bwd_setup *st)
+{
+    const fusednorm_dtype act = a->x.dtype;
+    int dt_w, dt_r, dt_dy;
+    const fusednorm_tensor *wg[] = {&a->weight, &a->dweight, &a->dbias};
+    const char *wn[] = {"weight", "dweight", "dbias"};
+    const fusednorm_tensor *rg[] = {&a->dresidual_out, &a->dresidual};
+    const char *rn[] = {"dresidual_out", "dresidual"};
+    const fusednorm_tensor *yg[] = {&a->dy};
+    const char *yn[] = {"dy"};
+    const fusednorm_tensor *xg[] = {&a->dx};
+    const char *xn[] = {"dx"};
+    if (a->dx.dtype != act) return unsupported_mix(fn, "dx", xg, xn, 1, act);
+    if (!group_dtype(act, wg, 3, &dt_w)) return unsupported_mix(fn, "weight/dweight/dbias", wg, wn, 3, act);
+    if (!group_dtype(act, rg, 2, &dt_r)) return unsupported_mix(fn, "dresidual_out/dresidual", rg, rn, 2, act);
+    if (!group_dtype(act, yg, 1, &dt_dy)) return unsupported_mix(fn, "dy", yg, yn, 1, act);
+
+    device_facts df;
+    fusednorm_status s = device_facts_get(a->device, &df, fn);
+    if (s != FUSEDNORM_OK) return s;
+
+    fn_bwd_params *p = &st->p;
+    memset(st, 0, sizeof *st);
+    p->dy = a->dy.data;
+    p->x = a->x.data;
+    p->w = a->weight.data;
+    p->dres_out = a->dresidual_out.data;
+    if (a->norm == FUSEDNORM_RMSNORM) {
+        p->rstd = a->rstd;
+    } else if (a->rstd && a->mean) { /* LayerNorm recomputes both when either is missing */
+        p->rstd = a->rstd;
+        p->mean = a->mean;
+    }
+    p->dx = a->dx.data;
+    p->dres = a->dresidual.data;
+    p->dw = a->dweight.data;
+    p->db = a->dbias.data;
+    p->rows = a->rows;
+    p->cols = a->cols;
+    p->sdy = a->dy.row_stride;
+    p->sx = a->x.row_stride;
+    p->sdres_out = a->dresidual_out.row_stride;
+    p->sdx = a->dx.row_stride;
+    p->sdres = a->dresidual.row_stride;
+    p->eps = a->eps;
+    p->w_off = a->weight_offset;
+    p->is_ln = a->norm == FUSEDNORM_LAYERNORM;
+    p->atomic = (a->flags & FUSEDNORM_ATOMIC_DWEIGHT) != 0;
+    p->accumulate = (a->flags & FUSEDNORM_ACCUMULATE) != 0;
+    p->dt_x = act;
+    p->dt_dy = dt_dy;
+    p->dt_w = dt_w;
+    p->dt_dres_out = dt_r;
+    p->dt_dres = dt_r;
+    p->dt_dw = a->dweight.dtype;
+    p->dt_db = a->dbias.dtype;
+
+    const int x_bytes = (int)fn_dtype_size(act), vec = 16 / x_bytes;
+    const int vec_ok = a->cols % vec == 0 && tensor_vec_ok(&a->dy) && tensor_vec_ok(&a->x) &&
+                       tensor_vec_ok(&a->dresidual_out) && tensor_vec_ok(&a->dx) && tensor_vec_ok(&a->dresidual) &&
+                       vector_vec_ok(a->weight.data);
+    fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok, df.cc_major, 16};
+    st->plan = fn_plan_make(&pb);
+    fn_plan *pl = &st->plan;
+    p->tpr = pl->tpr;
+    p->rows_per_block = pl->rows_per_block;
+    p->cluster = pl->cluster;
+
+    const int64_t groups = (a->rows + pl->rows_per_block - 1) / pl->rows_per_block;
+    int active = 0;
+    if (a->rows > 0 && pl->path == FN_PATH_ROWS_IN_REGISTERS) {
+        s = max_active(a->device, 1, p, pl, fn, &active);
+        if (s != FUSEDNORM_OK) return s;
+        if (active == 0) pl->path = FN_PATH_TWO_PASS;
+    }
+    if (pl->path == FN_PATH_TWO_PASS) {
+        pl->tpr = p->tpr = 512;
+        pl->rows_per_block = p->rows_per_block = 1;
+        pl->cluster = p->cluster = 1;
+        pl->threads = 512;
+        if (a->rows > 0) {
+            s = max_active(a->device, 1, p, pl, fn, &active);
+            if (s != FUSEDNORM_OK) return s;
+        }
+        if (active < 1) active = 1;
+        st->grid = (int)(a->rows < active ? a->rows : active);
+    } else {
+        /* Persistent grid: as many clusters as are resident at once, but not
+         * more than there are row groups, nor so many that the partial rows
+         * outweigh the rows they summarize (>= 4 row groups per cluster). */
+        int64_t clusters = active;
+        if (clusters > groups) clusters = groups;
+        if (groups >= 8 && clusters > groups / 4 && groups / 4 >= df.sm_count / pl->cluster)
+            clusters = groups / 4;
+        if (clusters < 1) clusters = 1;
+        st->grid = (int)(clusters * pl->cluster);
+    }
+    if (a->rows == 0) st->grid = 0;
+
+    const int partials = pl->path == FN_PATH_TWO_PASS ? st->grid : st->grid / pl->cluster;
+    const size_t row_bytes = (size_t)a->cols * sizeof(float);
+    size_t ws = 0;
+    int nsums = 0;
+    if (p->atomic) {
+        st->direct_atomic_w = p->dw && p->dt_dw == FN_DT_F32;
+        st->direct_atomic_b = p->db && p->dt_db == FN_DT_F32;
+        nsums = (p->dw && !st->direct_atomic_w) + (p->db && !st->direct_atomic_b);
+        p->partials = 1;
+        ws = nsums * row_bytes;
+    } else {
+        nsums = (p->dw != NULL) + (p->db != NULL);
+        p->partials = partials;
+        ws = (size_t)nsums * (size_t)partials * row_bytes;
+    }
+    st->ws_bytes = ws ? ws + 2 * WS_ALIGN : 0;
+    return FUSEDNORM_OK;
+}
+
+fusednorm_status fn_cuda_bwd_workspace_size(const fusednorm_bwd_args *a, size_t *bytes)
+{
+    static const char *fn = "fusednorm_bwd_workspace_size";
+    device_guard g;
+    fusednorm_status s = guard_enter(&g, a->device, fn);
+    if (s != FUSEDNORM_OK) return s;
+    bwd_setup st;
+    s = bwd_prepare(a, fn, &st);
+    guard_exit(&g);
+    if (s == FUSEDNORM_OK) *bytes = st.ws_bytes;
+    return s;
+}
+
+static float *align_ws(char **cursor, size_t bytes)
+{
+    uintptr_t v = ((uintptr_t)*cursor + WS_ALIGN - 1) & ~(uintptr_t)(WS_ALIGN - 1);
+    *cursor = (char *)(v + bytes);
+    return (float *)v;
+}
+
+fusednorm_status fn_cuda_bwd(const fusednorm_bwd_args *a)
+{
+    static const char *fn = "fusednorm_bwd";
+    device_guard g;
+    fusednorm_status s = guard_enter(&g, a->device, fn);
+    if (s != FUSEDNORM_OK) return s;
+    bwd_setup st;
+    s = bwd_prepare(a, fn, &st);
+    if (s == FUSEDNORM_OK) s = check_device_pointer(a->x.data, "x.data", a->device, fn);
+    if (s == FUSEDNORM_OK) s = check_device_pointer(a->dx.data, "dx.data", a->device, fn);
+    if (s == FUSEDNORM_OK && st.ws_bytes) s = check_device_pointer(a->workspace, "workspace", a->device, fn);
+    if (s != FUSEDNORM_OK) {
+        guard_exit(&g);
+        return s;
+    }
+    fn_bwd_params *p = &st.p;
+    cudaStream_t stream = (cudaStream_t)a->stream;
+    const size_t row_bytes = (size_t)a->cols * sizeof(float);
+    char *cursor = (char *)a->workspace;
+    cudaError_t e = cudaSuccess;
+    int err = 0;
+
+    if (p->atomic) {
+        /* fp32 accumulators: dweight/dbias themselves when fp32, else one
+         * workspace row each, zeroed here, converted by the finalize. */
+        if (p->dw) p->ws_dw = st.direct_atomic_w ? (float *)p->dw : align_ws(&cursor, row_bytes);
+        if (p->db) p->ws_db = st.direct_atomic_b ? (float *)p->db : align_ws(&cursor, row_bytes);
+        if (p->dw && !(st.direct_atomic_w && p->accumulate)) e = cudaMemsetAsync(p->ws_dw, 0, row_bytes, stream);
+        if (e == cudaSuccess && p->db && !(st.direct_atomic_b && p->accumulate))
+            e = cudaMemsetAsync(p->ws_db, 0, row_bytes, stream);
+    } else {
+        const size_t part_bytes = (size_t)p->partials * row_bytes;
+        if (p->dw) p->ws_dw = align_ws(&cursor, part_bytes);
+        if (p->db) p->ws_db = align_ws(&cursor, part_bytes);
+        if (st.plan.path == FN_PATH_TWO_PASS && a->rows > 0) { /* partial rows are read-modify-written */
+            if (p->dw) e = cudaMemsetAsync(p->ws_dw, 0, part_bytes, stream);
+            if (e == cudaSuccess && p->db) e = cudaMemsetAsync(p->ws_db, 0, part_bytes, stream);
+        }
+    }
+    if (e != cudaSuccess) {
+        guard_exit(&g);
+        return cuda_fail(fn, "cudaMemsetAsync", e);
+    }
+
+    if (a->rows > 0) {
+        if (st.plan.path == FN_PATH_ROWS_IN_REGISTERS)
+            err = fn_launch_bwd_rows(p, st.plan.vec, st.plan.ept, st.grid, st.plan.threads, a->stream);
+        else
+            err = fn_launch_bwd_two_pass(p, st.plan.vec, st.grid, 512, a->stream);
+    }
+    const int need_finalize = (p->dw && !(p->atomic && st.direct_atomic_w)) || (p->db && !(p->atomic && st.direct_atomic_b));
+    if (!err && need_finalize) {
+        fn_bwd_params fp = *p;
+        if (p->atomic) { /* only the outputs that went through a workspace row */
+            if (st.direct_atomic_w) fp.dw = NULL;
+            if (st.direct_atomic_b) fp.db = NULL;
+        }
+        if (a->rows == 0) fp.partials = 0;
+        err = fn_launch_dweight_finalize(&fp, a->stream);
+    }
+    guard_exit(&g);
+    if (err) return cuda_fail(fn, "kernel launch", (cudaError_t)err);
+    return FUSEDNORM_OK;
+}
+
+int fn_cuda_available(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return count > 0;
+}

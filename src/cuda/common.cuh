@@ -1,0 +1,203 @@
+/*
+ * Device helpers shared by the forward, backward and finalize kernels:
+ * dtype conversion (fp32 math, round-to-nearest-even stores), vector loads and
+ * stores of VEC elements of a tensor whose dtype is known at compile time
+ * (the activation dtype TX) or only at run time (the weight, residual and
+ * y/dy groups, which may be TX or fp32), and the row all-reduce (warp
+ * shuffles, shared memory across warps, distributed shared memory across the
+ * CTAs of a cluster on sm_90).
+ *
+ * Every reduction here is deterministic: the same inputs give the same bits,
+ * and every thread of a row ends with the identical value.
+ */
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cooperative_groups.h>
+#include <stdint.h>
+
+#include "kernel_params.h"
+
+namespace fn {
+
+namespace cg = cooperative_groups;
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+/* The fusednorm_dtype that a C++ type stands for. */
+template <typename T> struct dtype_of;
+template <> struct dtype_of<float> { static constexpr int value = FN_DT_F32; };
+template <> struct dtype_of<__half> { static constexpr int value = FN_DT_F16; };
+template <> struct dtype_of<__nv_bfloat16> { static constexpr int value = FN_DT_BF16; };
+
+/* Load VEC consecutive elements of type T starting at element i (i a multiple of
+ * VEC; base and row stride aligned when the planner chose VEC > 1). */
+template <typename T, int VEC>
+__device__ __forceinline__ void load_vec(const T *__restrict__ p, int64_t i, float (&out)[VEC])
+{
+    constexpr int BYTES = VEC * (int)sizeof(T);
+    if constexpr (VEC == 1) {
+        out[0] = to_f32(p[i]);
+    } else if constexpr (BYTES % 16 == 0) {
+        #pragma unroll
+        for (int c = 0; c < BYTES / 16; c++) {
+            uint4 raw = *reinterpret_cast<const uint4 *>(p + i + c * (16 / sizeof(T)));
+            const T *e = reinterpret_cast<const T *>(&raw);
+            #pragma unroll
+            for (int j = 0; j < 16 / (int)sizeof(T); j++) out[c * (16 / sizeof(T)) + j] = to_f32(e[j]);
+        }
+    } else {
+        static_assert(BYTES % 8 == 0, "vector of 8 or 16 bytes expected");
+        uint2 raw = *reinterpret_cast<const uint2 *>(p + i);
+        const T *e = reinterpret_cast<const T *>(&raw);
+        #pragma unroll
+        for (int j = 0; j < VEC; j++) out[j] = to_f32(e[j]);
+    }
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void store_vec(T *__restrict__ p, int64_t i, const float (&v)[VEC])
+{
+    constexpr int BYTES = VEC * (int)sizeof(T);
+    if constexpr (VEC == 1) {
+        p[i] = from_f32<T>(v[0]);
+    } else if constexpr (BYTES % 16 == 0) {
+        #pragma unroll
+        for (int c = 0; c < BYTES / 16; c++) {
+            uint4 raw;
+            T *e = reinterpret_cast<T *>(&raw);
+            #pragma unroll
+            for (int j = 0; j < 16 / (int)sizeof(T); j++) e[j] = from_f32<T>(v[c * (16 / sizeof(T)) + j]);
+            *reinterpret_cast<uint4 *>(p + i + c * (16 / sizeof(T))) = raw;
+        }
+    } else {
+        uint2 raw;
+        T *e = reinterpret_cast<T *>(&raw);
+        #pragma unroll
+        for (int j = 0; j < VEC; j++) e[j] = from_f32<T>(v[j]);
+        *reinterpret_cast<uint2 *>(p + i) = raw;
+    }
+}
+
+/* A tensor whose dtype is either the activation dtype TX or fp32, decided at
+ * run time (uniform across the grid, so the branch costs no divergence). When
+ * TX is fp32 the choice collapses at compile time. */
+template <typename TX, int VEC>
+__device__ __forceinline__ void load_dyn(const void *p, int dt, int64_t i, float (&out)[VEC])
+{
+    if (sizeof(TX) == 4 || dt == FN_DT_F32) load_vec<float, VEC>((const float *)p, i, out);
+    else load_vec<TX, VEC>((const TX *)p, i, out);
+}
+
+template <typename TX, int VEC>
+__device__ __forceinline__ void store_dyn(void *p, int dt, int64_t i, const float (&v)[VEC])
+{
+    if (sizeof(TX) == 4 || dt == FN_DT_F32) store_vec<float, VEC>((float *)p, i, v);
+    else store_vec<TX, VEC>((TX *)p, i, v);
+}
+
+/* Scalar load/store for any dtype (finalize kernel, fallbacks). */
+__device__ __forceinline__ float load_any(const void *p, int dt, int64_t i)
+{
+    if (dt == FN_DT_F32) return ((const float *)p)[i];
+    if (dt == FN_DT_F16) return __half2float(((const __half *)p)[i]);
+    return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+}
+__device__ __forceinline__ void store_any(void *p, int dt, int64_t i, float v)
+{
+    if (dt == FN_DT_F32) ((float *)p)[i] = v;
+    else if (dt == FN_DT_F16) ((__half *)p)[i] = __float2half_rn(v);
+    else ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+}
+
+/* rstd exactly as the contract says: IEEE sqrt and division (no rsqrtf). */
+__device__ __forceinline__ float rstd_of(float sumsq, float n, float eps)
+{
+    return 1.0f / sqrtf(sumsq / n + eps);
+}
+
+/* Shared scratch for row reductions: two buffers used alternately, so each
+ * reduction needs one barrier (a thread can only write buffer b again after
+ * every thread passed the barrier of the reduction in between). */
+struct RowReduceSmem {
+    float warp[2][32][2];    /* [buffer][warp in block][value] */
+    float cluster[2][32][2]; /* [buffer][row in block][value]: read by the cluster's CTAs */
+};
+
+/* Sum NV values over the threads of one row slice (tpr threads: sub-warp
+ * groups aligned to powers of two, or whole warps), then over the cluster's
+ * CTAs. Every thread of the block must call it (barriers inside). */
+template <int NV>
+__device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm, int &buf, int tpr, int sub,
+                                              int cluster_size)
+{
+    if (tpr <= 32) {
+        for (int off = tpr >> 1; off > 0; off >>= 1)
+            #pragma unroll
+            for (int i = 0; i < NV; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], off);
+    } else {
+        #pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+            #pragma unroll
+            for (int i = 0; i < NV; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], off);
+        const int warp = threadIdx.x >> 5, wpr = tpr >> 5;
+        if ((threadIdx.x & 31) == 0)
+            #pragma unroll
+            for (int i = 0; i < NV; i++) sm.warp[buf][warp][i] = v[i];
+        __syncthreads();
+        #pragma unroll
+        for (int i = 0; i < NV; i++) {
+            float s = 0.0f;
+            for (int w = 0; w < wpr; w++) s += sm.warp[buf][sub * wpr + w][i];
+            v[i] = s;
+        }
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cluster_size > 1) {
+        cg::cluster_group cl = cg::this_cluster();
+        if ((threadIdx.x % tpr) == 0)
+            #pragma unroll
+            for (int i = 0; i < NV; i++) sm.cluster[buf][sub][i] = v[i];
+        cl.sync();
+        #pragma unroll
+        for (int i = 0; i < NV; i++) {
+            float s = 0.0f;
+            for (int r = 0; r < cluster_size; r++) s += *cl.map_shared_rank(&sm.cluster[buf][sub][i], r);
+            v[i] = s;
+        }
+    }
+#else
+    (void)cluster_size;
+#endif
+    buf ^= 1;
+}
+
+__device__ __forceinline__ unsigned cluster_rank()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return cg::this_cluster().block_rank();
+#else
+    return 0;
+#endif
+}
+
+/* Keeps a CTA's shared memory alive until every CTA of its cluster is done
+ * reading it through distributed shared memory. */
+__device__ __forceinline__ void cluster_exit_barrier(int cluster_size)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cluster_size > 1) cg::this_cluster().sync();
+#else
+    (void)cluster_size;
+#endif
+}
+
+} // namespace fn

@@ -1,0 +1,62 @@
+/*
+ * What the C side of the CUDA backend (backend.c) hands to the launchers
+ * (*.cu, extern "C"): plain C structs, no CUDA types, so that backend.c and
+ * the planner stay C. Pointers are device pointers; strides are in elements.
+ */
+#ifndef FUSEDNORM_CUDA_KERNEL_PARAMS_H
+#define FUSEDNORM_CUDA_KERNEL_PARAMS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { FN_DT_F32 = 0, FN_DT_F16 = 1, FN_DT_BF16 = 2 }; /* = fusednorm_dtype */
+
+typedef struct fn_fwd_params {
+    const void *x, *res, *w, *b;
+    void *y, *res_out;
+    float *rstd, *mean;
+    int64_t rows, cols;
+    int64_t sx, sres, sy, sres_out;  /* row strides */
+    float eps, w_off;
+    int is_ln;
+    int dt_x, dt_res, dt_w, dt_y, dt_res_out;
+    int tpr, rows_per_block, cluster; /* from the plan */
+} fn_fwd_params;
+
+typedef struct fn_bwd_params {
+    const void *dy, *x, *w, *dres_out;
+    const float *rstd, *mean;         /* NULL: recompute from x and eps */
+    void *dx, *dres, *dw, *db;
+    float *ws_dw, *ws_db;             /* fp32 partial rows [partials][cols] or atomic accumulators */
+    int64_t rows, cols;
+    int64_t sdy, sx, sdres_out, sdx, sdres;
+    float eps, w_off;
+    int is_ln, atomic, accumulate;
+    int dt_x, dt_dy, dt_w, dt_dres_out, dt_dres, dt_dw, dt_db;
+    int tpr, rows_per_block, cluster;
+    int partials;                     /* number of fp32 partial rows in the workspace */
+} fn_bwd_params;
+
+/* Launchers: return 0 or a cudaError_t value. `stream` is a cudaStream_t.
+ * vec/ept/threads/grid come from the plan (src/plan.h). */
+int fn_launch_fwd_rows(const fn_fwd_params *p, int vec, int ept, int grid, int threads, void *stream);
+int fn_launch_fwd_two_pass(const fn_fwd_params *p, int vec, int grid, int threads, void *stream);
+int fn_launch_bwd_rows(const fn_bwd_params *p, int vec, int ept, int grid, int threads, void *stream);
+int fn_launch_bwd_two_pass(const fn_bwd_params *p, int vec, int grid, int threads, void *stream);
+/* Sum `partials` fp32 rows of the workspace in fixed order into dweight/dbias
+ * (their dtype; += when accumulate). partials == 0 writes zeros (or leaves the
+ * values when accumulate). */
+int fn_launch_dweight_finalize(const fn_bwd_params *p, void *stream);
+/* Active CTAs (C == 1) or clusters (C > 1) per device for a rows kernel. */
+int fn_max_active_fwd_rows(const fn_fwd_params *p, int vec, int ept, int threads, int *count);
+int fn_max_active_bwd_rows(const fn_bwd_params *p, int vec, int ept, int threads, int *count);
+int fn_max_active_bwd_two_pass(const fn_bwd_params *p, int vec, int threads, int *count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,290 @@
+/*
+ * RMSNorm / LayerNorm forward on CUDA, with the fused residual add.
+ *
+ * Per row:  h = x (+ residual);  residual_out = h (its own dtype)
+ *           mean = sum(h)/N (LayerNorm) or 0;  rstd = 1/sqrt(sum((h-mean)^2)/N + eps)
+ *           y = (h-mean)*rstd * (weight + weight_offset) + bias       ('=' on y)
+ *           rstd[row], mean[row] stored in fp32 when asked.
+ *
+ * Kernels:
+ *  - norm_fwd_rows_in_registers: a row is split into slices, one slice per CTA
+ *    of a cluster (cluster = 1 off sm_90 or for rows that fit one CTA); a slice
+ *    is held in registers by `tpr` threads, EPT elements each, loaded with
+ *    VEC-wide (16-byte) accesses when alignment allows, else one element at a
+ *    time. Several rows per CTA when rows are short. Covers N up to
+ *    cluster * tpr * EPT (262144 on sm_90).
+ *  - norm_fwd_two_pass: any N. One CTA per row (grid-stride), re-reading the
+ *    row from global memory for each statistic and for the output.
+ * Launchers at the bottom; the choice between them and their shapes is the
+ * planner's (src/plan.c).
+ */
+#include "common.cuh"
+
+namespace fn {
+
+template <typename TX, int VEC, int EPT>
+__global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_params p)
+{
+    constexpr int K = EPT / VEC;
+    __shared__ RowReduceSmem sm;
+    int buf = 0;
+    const int tpr = p.tpr, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
+    const int C = p.cluster;
+    const int64_t N = p.cols, groups = (p.rows + p.rows_per_block - 1) / p.rows_per_block;
+    const int64_t slice = (int64_t)(C > 1 ? cluster_rank() : 0) * tpr * EPT;
+    /* Usually one group of rows per CTA (or cluster); the loop covers grids
+     * capped below the number of groups. */
+    for (int64_t group = blockIdx.x / C; group < groups; group += gridDim.x / C) {
+    const int64_t row = group * p.rows_per_block + sub;
+    const bool row_ok = row < p.rows;
+
+    float h[K][VEC];
+    bool ok[K];
+    #pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
+        ok[k] = row_ok && col < N;
+        if (ok[k]) {
+            load_vec<TX, VEC>((const TX *)p.x, row * p.sx + col, h[k]);
+        } else {
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) h[k][j] = 0.0f;
+        }
+    }
+    if (p.res) {
+        #pragma unroll
+        for (int k = 0; k < K; k++) {
+            if (!ok[k]) continue;
+            const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
+            float r[VEC];
+            load_dyn<TX, VEC>(p.res, p.dt_res, row * p.sres + col, r);
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) h[k][j] += r[j];
+        }
+    }
+    if (p.res_out) {
+        #pragma unroll
+        for (int k = 0; k < K; k++)
+            if (ok[k])
+                store_dyn<TX, VEC>(p.res_out, p.dt_res_out, row * p.sres_out + slice + ((int64_t)k * tpr + lane) * VEC,
+                                   h[k]);
+    }
+
+    float mean = 0.0f;
+    if (p.is_ln) {
+        float s[1] = {0.0f};
+        #pragma unroll
+        for (int k = 0; k < K; k++)
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) s[0] += h[k][j];
+        row_allreduce<1>(s, sm, buf, tpr, sub, C);
+        mean = s[0] / (float)N;
+    }
+    float q[1] = {0.0f};
+    #pragma unroll
+    for (int k = 0; k < K; k++)
+        if (ok[k])
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                const float d = h[k][j] - mean;
+                q[0] += d * d;
+            }
+    row_allreduce<1>(q, sm, buf, tpr, sub, C);
+    const float rstd = rstd_of(q[0], (float)N, p.eps);
+
+    if (row_ok && lane == 0 && slice == 0) {
+        if (p.rstd) p.rstd[row] = rstd;
+        if (p.mean) p.mean[row] = mean;
+    }
+    #pragma unroll
+    for (int k = 0; k < K; k++) {
+        if (!ok[k]) continue;
+        const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
+        float w[VEC], b[VEC], y[VEC];
+        if (p.w) {
+            load_dyn<TX, VEC>(p.w, p.dt_w, col, w);
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) w[j] += p.w_off;
+        }
+        if (p.b) load_dyn<TX, VEC>(p.b, p.dt_w, col, b);
+        #pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            float v = (h[k][j] - mean) * rstd;
+            if (p.w) v *= w[j];
+            if (p.b) v += b[j];
+            y[j] = v;
+        }
+        store_dyn<TX, VEC>(p.y, p.dt_y, row * p.sy + col, y);
+    }
+    }
+    cluster_exit_barrier(C);
+}
+
+/* h for VEC columns starting at col: x (+ residual). */
+template <typename TX, int VEC>
+__device__ __forceinline__ void load_h(const fn_fwd_params &p, int64_t row, int64_t col, float (&h)[VEC])
+{
+    load_vec<TX, VEC>((const TX *)p.x, row * p.sx + col, h);
+    if (p.res) {
+        float r[VEC];
+        load_dyn<TX, VEC>(p.res, p.dt_res, row * p.sres + col, r);
+        #pragma unroll
+        for (int j = 0; j < VEC; j++) h[j] += r[j];
+    }
+}
+
+template <typename TX, int VEC>
+__global__ void __launch_bounds__(512) norm_fwd_two_pass(const fn_fwd_params p)
+{
+    __shared__ RowReduceSmem sm;
+    int buf = 0;
+    const int64_t N = p.cols, step = (int64_t)blockDim.x * VEC;
+    for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+        float mean = 0.0f;
+        if (p.is_ln) {
+            float s[1] = {0.0f};
+            for (int64_t col = (int64_t)threadIdx.x * VEC; col < N; col += step) {
+                float h[VEC];
+                load_h<TX, VEC>(p, row, col, h);
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) s[0] += h[j];
+            }
+            row_allreduce<1>(s, sm, buf, blockDim.x, 0, 1);
+            mean = s[0] / (float)N;
+        }
+        float q[1] = {0.0f};
+        for (int64_t col = (int64_t)threadIdx.x * VEC; col < N; col += step) {
+            float h[VEC];
+            load_h<TX, VEC>(p, row, col, h);
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) q[0] += (h[j] - mean) * (h[j] - mean);
+        }
+        row_allreduce<1>(q, sm, buf, blockDim.x, 0, 1);
+        const float rstd = rstd_of(q[0], (float)N, p.eps);
+        if (threadIdx.x == 0) {
+            if (p.rstd) p.rstd[row] = rstd;
+            if (p.mean) p.mean[row] = mean;
+        }
+        for (int64_t col = (int64_t)threadIdx.x * VEC; col < N; col += step) {
+            float h[VEC], w[VEC], b[VEC], y[VEC];
+            load_h<TX, VEC>(p, row, col, h);
+            if (p.res_out) store_dyn<TX, VEC>(p.res_out, p.dt_res_out, row * p.sres_out + col, h);
+            if (p.w) load_dyn<TX, VEC>(p.w, p.dt_w, col, w);
+            if (p.b) load_dyn<TX, VEC>(p.b, p.dt_w, col, b);
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                float v = (h[j] - mean) * rstd;
+                if (p.w) v *= w[j] + p.w_off;
+                if (p.b) v += b[j];
+                y[j] = v;
+            }
+            store_dyn<TX, VEC>(p.y, p.dt_y, row * p.sy + col, y);
+        }
+    }
+}
+
+/* ---- launchers ------------------------------------------------------------ */
+
+template <typename TX, int VEC, int EPT>
+static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
+{
+    auto kernel = norm_fwd_rows_in_registers<TX, VEC, EPT>;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(threads);
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 0;
+    if (p.cluster > 1) {
+        if (p.cluster > 8) {
+            cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+            if (e != cudaSuccess) return e;
+        }
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = p.cluster;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.numAttrs = 1;
+    }
+    if (active) {
+        if (p.cluster > 1) return cudaOccupancyMaxActiveClusters(active, kernel, &cfg);
+        int per_sm = 0, dev = 0, sms = 0;
+        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
+        if (e == cudaSuccess) e = cudaGetDevice(&dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        *active = per_sm * sms;
+        return e;
+    }
+    return cudaLaunchKernelEx(&cfg, kernel, p);
+}
+
+/* The EPT values instantiated for each vector width; the planner (plan.c)
+ * picks among the same list: 4 (scalar and fp32 only), 8, 16, and 32 for
+ * vector loads only (one element at a time, 32 would spill). */
+template <typename TX, int VEC>
+static cudaError_t dispatch_ept(const fn_fwd_params &p, int ept, int grid, int threads, cudaStream_t s, int *active)
+{
+    switch (ept) {
+    case 4: if constexpr (VEC <= 4) return launch_rows<TX, VEC, 4>(p, grid, threads, s, active); break;
+    case 8: return launch_rows<TX, VEC, 8>(p, grid, threads, s, active);
+    case 16: return launch_rows<TX, VEC, 16>(p, grid, threads, s, active);
+    case 32: if constexpr (VEC > 1) return launch_rows<TX, VEC, 32>(p, grid, threads, s, active); break;
+    }
+    return cudaErrorInvalidValue;
+}
+
+template <typename TX>
+static cudaError_t dispatch_vec(const fn_fwd_params &p, int vec, int ept, int grid, int threads, cudaStream_t s,
+                                int *active)
+{
+    constexpr int WIDE = 16 / sizeof(TX);
+    if (vec == WIDE) return dispatch_ept<TX, WIDE>(p, ept, grid, threads, s, active);
+    if (vec == 1) return dispatch_ept<TX, 1>(p, ept, grid, threads, s, active);
+    return cudaErrorInvalidValue;
+}
+
+static cudaError_t rows_entry(const fn_fwd_params *p, int vec, int ept, int grid, int threads, void *stream,
+                              int *active)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (p->dt_x) {
+    case FN_DT_F32: return dispatch_vec<float>(*p, vec, ept, grid, threads, s, active);
+    case FN_DT_F16: return dispatch_vec<__half>(*p, vec, ept, grid, threads, s, active);
+    case FN_DT_BF16: return dispatch_vec<__nv_bfloat16>(*p, vec, ept, grid, threads, s, active);
+    }
+    return cudaErrorInvalidValue;
+}
+
+template <typename TX>
+static cudaError_t two_pass_entry(const fn_fwd_params &p, int vec, int grid, int threads, cudaStream_t s)
+{
+    constexpr int WIDE = 16 / sizeof(TX);
+    if (vec == WIDE) norm_fwd_two_pass<TX, WIDE><<<grid, threads, 0, s>>>(p);
+    else norm_fwd_two_pass<TX, 1><<<grid, threads, 0, s>>>(p);
+    return cudaGetLastError();
+}
+
+} // namespace fn
+
+extern "C" int fn_launch_fwd_rows(const fn_fwd_params *p, int vec, int ept, int grid, int threads, void *stream)
+{
+    cudaError_t e = fn::rows_entry(p, vec, ept, grid, threads, stream, nullptr);
+    return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
+}
+
+extern "C" int fn_max_active_fwd_rows(const fn_fwd_params *p, int vec, int ept, int threads, int *count)
+{
+    return (int)fn::rows_entry(p, vec, ept, 1, threads, nullptr, count);
+}
+
+extern "C" int fn_launch_fwd_two_pass(const fn_fwd_params *p, int vec, int grid, int threads, void *stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (p->dt_x) {
+    case FN_DT_F32: return (int)fn::two_pass_entry<float>(*p, vec, grid, threads, s);
+    case FN_DT_F16: return (int)fn::two_pass_entry<__half>(*p, vec, grid, threads, s);
+    case FN_DT_BF16: return (int)fn::two_pass_entry<__nv_bfloat16>(*p, vec, grid, threads, s);
+    }
+    return (int)cudaErrorInvalidValue;
+}

@@ -1,0 +1,76 @@
+/*
+ * The CUDA launch planner (see plan.h). Launch heuristics live here, apart
+ * from the kernels: which path for which N, vector width, elements per
+ * thread, threads per row and cluster size.
+ *
+ * The rows-in-registers path covers cluster * tpr * ept columns per row. We
+ * enumerate every instantiated shape that covers cols and take the cheapest
+ * by a small cost model:
+ *   - idle lanes (coverage beyond cols) cost their fraction of the work;
+ *   - each doubling of the cluster costs a little (a DSMEM exchange and a
+ *     cluster barrier per reduction);
+ *   - 512-thread CTAs cost a little (one CTA per SM at high register counts
+ *     leaves the SM idle during the row reductions);
+ *   - the largest register tile costs a little (fewer CTAs resident per SM).
+ * Past the largest coverage (262144 fwd / 131072 bwd on sm_90 with vector
+ * access; 16384 / 8192 without clusters) the two-pass path takes over.
+ */
+#include "plan.h"
+
+#include <math.h>
+
+int fn_plan_ept_allowed(int is_bwd, int vec, int ept)
+{
+    if (ept < vec) return 0;
+    if (vec == 1) return is_bwd ? (ept == 4 || ept == 8) : (ept == 4 || ept == 8 || ept == 16);
+    return is_bwd ? (ept == 4 || ept == 8 || ept == 16) : (ept == 4 || ept == 8 || ept == 16 || ept == 32);
+}
+
+static double log2i(int v) { return log((double)v) / log(2.0); }
+
+fn_plan fn_plan_make(const fn_plan_problem *pb)
+{
+    fn_plan best = {FN_PATH_TWO_PASS, 1, 0, 512, 1, 1, 512};
+    const int vec = pb->vec_ok ? 16 / pb->x_bytes : 1;
+    best.vec = vec;
+    const int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < 16 ? pb->max_cluster : 16) : 1;
+    const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
+    double best_cost = 1e30;
+    for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {
+        for (int ept = 4; ept <= 32; ept *= 2) {
+            if (!fn_plan_ept_allowed(pb->is_bwd, vec, ept)) continue;
+            /* Powers of two below a warp (the shuffle reduction needs aligned
+             * groups), then any whole number of warps up to 512. */
+            for (int tpr = 1; tpr <= 512; tpr = tpr < 32 ? tpr * 2 : tpr + 32) {
+                if (tpr * ept < vec) continue; /* a thread holds at least one vector */
+                if (ept / vec < 1) continue;
+                const int64_t coverage = (int64_t)cluster * tpr * ept;
+                if (coverage < pb->cols) continue;
+                double cost = (double)(coverage - pb->cols) / (double)coverage;
+                cost += 0.15 * log2i(cluster);
+                if (tpr == 512) cost += 0.05;
+                if (ept == max_ept) cost += 0.03;
+                if (ept == 4 && vec < 4) cost += 0.01;
+                if (cost < best_cost) {
+                    best_cost = cost;
+                    best.path = FN_PATH_ROWS_IN_REGISTERS;
+                    best.ept = ept;
+                    best.tpr = tpr;
+                    best.cluster = cluster;
+                }
+            }
+        }
+    }
+    if (best.path == FN_PATH_ROWS_IN_REGISTERS) {
+        /* Short rows share a CTA of 256 threads (several rows per CTA). */
+        best.rows_per_block = best.tpr >= 256 ? 1 : 256 / best.tpr;
+        best.threads = best.rows_per_block * best.tpr;
+    } else {
+        best.ept = 0;
+        best.tpr = 512;
+        best.threads = 512;
+        best.rows_per_block = 1;
+        best.cluster = 1;
+    }
+    return best;
+}

@@ -1,0 +1,51 @@
+/*
+ * The CUDA launch planner: a pure C function from the problem (direction,
+ * cols, activation element size, whether 16-byte vector access is possible)
+ * and the device (compute capability) to a launch shape. No CUDA calls, so CI
+ * tests it without a GPU; the CUDA backend completes the plan with the grid
+ * size (an occupancy query) and the workspace size follows from that.
+ */
+#ifndef FUSEDNORM_PLAN_H
+#define FUSEDNORM_PLAN_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum fn_path {
+    FN_PATH_ROWS_IN_REGISTERS = 0, /* row slices in registers; clusters of CTAs on sm_90 */
+    FN_PATH_TWO_PASS = 1           /* any N: one CTA per row, the row re-read from memory */
+} fn_path;
+
+typedef struct fn_plan_problem {
+    int is_bwd;
+    int64_t cols;
+    int x_bytes;          /* 4 or 2 */
+    int vec_ok;           /* every pointer/stride allows VEC-wide 16-byte access and cols % VEC == 0 */
+    int cc_major;         /* device compute capability */
+    int max_cluster;      /* largest cluster the device launches (1 without cluster support) */
+} fn_plan_problem;
+
+typedef struct fn_plan {
+    fn_path path;
+    int vec;              /* elements per vector access: 16/x_bytes, or 1 */
+    int ept;              /* elements per thread (rows path) */
+    int tpr;              /* threads per row slice */
+    int rows_per_block;
+    int cluster;          /* CTAs per row (1: no cluster) */
+    int threads;          /* threads per CTA */
+} fn_plan;
+
+/* The element-per-thread values the kernels are instantiated for. */
+int fn_plan_ept_allowed(int is_bwd, int vec, int ept);
+
+/* Always succeeds: falls back to FN_PATH_TWO_PASS when no register plan fits. */
+fn_plan fn_plan_make(const fn_plan_problem *pb);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
