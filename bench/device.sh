@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build (unless a build carried from the dev
+# machine runs there), the GPU tests, compute-sanitizer on one shape per
+# kernel path, the benchmarks (fusednorm bench, then PyTorch peers through
+# bench/torch_compare.py when present). Full logs go to $OUT; a short table
+# is printed last.
+#
+#   bench/device.sh [stage ...]    stages: build tests sanitize bench peers python multigpu
+#                                  (default: build tests sanitize bench peers)
+#   env: BUILD (default build-dev), QUICK=1 (fewer bench shapes)
+set -u -o pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+BUILD=${BUILD:-build-dev}
+STAGES=${*:-build tests sanitize bench peers}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+log() { echo "== $(date +%T) $*"; }
+SUMMARY="$OUT/summary.txt"
+: >"$SUMMARY"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --format=csv | tee "$OUT/gpu.txt"
+
+if has build; then
+  if [ -x "$BUILD/fusednorm" ] && "$BUILD/fusednorm" --version >/dev/null 2>&1; then
+    log "using carried build $BUILD"
+  else
+    log "building $BUILD (sm_90 only)"
+    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 &&
+      cmake --build "$BUILD" -j "$(nproc)" >>"$OUT/cmake.log" 2>&1 || { tail -50 "$OUT/cmake.log"; exit 1; }
+  fi
+fi
+FN="$BUILD/fusednorm"
+"$FN" info 2>&1 | tee "$OUT/info.txt"
+
+if has tests; then
+  log "GPU tests"
+  for t in test_cuda_ops test_api_errors test_determinism; do
+    if [ -x "$BUILD/$t" ]; then
+      timeout 400 "$BUILD/$t" >"$OUT/$t.log" 2>&1
+      rc=$?
+      echo "$t: exit $rc, $(tail -1 "$OUT/$t.log")" | tee -a "$SUMMARY"
+      [ $rc -ne 0 ] && grep -m 20 -i "fail" "$OUT/$t.log"
+    fi
+  done
+  "$FN" check --backend cuda >"$OUT/check_cuda.log" 2>&1
+  echo "fusednorm check --backend cuda: exit $? ($(grep -c PASS "$OUT/check_cuda.log") PASS, $(grep -c FAIL "$OUT/check_cuda.log") FAIL)" | tee -a "$SUMMARY"
+  grep FAIL "$OUT/check_cuda.log" | head -20
+fi
+
+if has sanitize; then
+  log "compute-sanitizer"
+  # One shape per path: several rows per CTA (256), registers (4096), scalar
+  # (4097), clusters (65536), two-pass (300000).
+  for tool in memcheck racecheck synccheck initcheck; do
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$FN" check --backend cuda --rows 24 \
+      --cols 256,4096,4097,65536,300000 >"$OUT/sanitize_$tool.log" 2>&1
+    echo "compute-sanitizer $tool: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)" | tee -a "$SUMMARY"
+  done
+fi
+
+if has bench; then
+  log "bench"
+  COLS=256,1024,2000,2048,4096,4097,8192,16384,32768,65536,65537,131072,262144
+  [ "${QUICK:-0}" = 1 ] && COLS=256,1024,4096,8192,32768,131072
+  "$FN" bench --backend cuda --norm rms --dtype bf16,f32 --cols $COLS --pass both --atomic \
+    --csv "$OUT/bench_rms.csv" >"$OUT/bench_rms.txt" 2>"$OUT/bench_rms.err"
+  "$FN" bench --backend cuda --norm ln --dtype bf16,f32 --cols $COLS --pass both \
+    --csv "$OUT/bench_ln.csv" >"$OUT/bench_ln.txt" 2>"$OUT/bench_ln.err"
+  "$FN" bench --backend cuda --norm rms --residual --dtype bf16 --cols 1024,4096,8192,65536 --pass both \
+    --csv "$OUT/bench_res.csv" >"$OUT/bench_res.txt" 2>"$OUT/bench_res.err"
+  for m in 512 4096 32768 131072; do
+    "$FN" bench --backend cuda --norm rms --dtype bf16 --rows $m --cols 2048,8192 --pass bwd --atomic
+  done >"$OUT/bench_atomic.txt" 2>"$OUT/bench_atomic.err"
+fi
+
+if has peers && [ -f bench/torch_compare.py ]; then
+  log "PyTorch peers"
+  PYTHONUNBUFFERED=1 FUSEDNORM_LIBRARY="$PWD/$BUILD/libfusednorm.so" PYTHONPATH=python \
+    timeout 500 python3 bench/torch_compare.py --out "$OUT" >"$OUT/peers.txt" 2>&1
+  echo "torch_compare: exit $?" | tee -a "$SUMMARY"
+fi
+
+if has python && [ -d tests/python ]; then
+  log "pytest on CUDA"
+  FUSEDNORM_LIBRARY="$PWD/$BUILD/libfusednorm.so" PYTHONPATH=python timeout 500 python3 -m pytest -q tests/python \
+    >"$OUT/pytest.log" 2>&1
+  echo "pytest: exit $? $(tail -1 "$OUT/pytest.log")" | tee -a "$SUMMARY"
+  [ -f bench/python_overhead.py ] && FUSEDNORM_LIBRARY="$PWD/$BUILD/libfusednorm.so" PYTHONPATH=python \
+    timeout 120 python3 bench/python_overhead.py >"$OUT/python_overhead.txt" 2>&1
+fi
+
+if has multigpu && [ -f tests/multigpu/run.sh ]; then
+  log "multi-GPU"
+  BUILD="$BUILD" timeout 500 bash tests/multigpu/run.sh >"$OUT/multigpu.log" 2>&1
+  echo "multigpu: exit $? $(tail -1 "$OUT/multigpu.log")" | tee -a "$SUMMARY"
+fi
+
+echo
+echo "================ summary ================"
+cat "$SUMMARY"
+for f in bench_rms bench_ln bench_res; do [ -f "$OUT/$f.txt" ] && { echo "-- $f"; cat "$OUT/$f.txt"; }; done
+[ -f "$OUT/bench_atomic.txt" ] && { echo "-- atomic vs deterministic"; cat "$OUT/bench_atomic.txt"; }
