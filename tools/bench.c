@@ -318,6 +318,12 @@ int bench_run(const bench_options *opts)
         o.ncols = cuda ? 6 : 2;
         memcpy(o.cols, cuda ? cuda_cols : cpu_cols, sizeof(int64_t) * (size_t)o.ncols);
     }
+    for (int c = 0; c < o.ncols; c++) {
+        int64_t M = o.rows ? o.rows : default_rows(o.backend, o.cols[c]);
+        if (M > ((int64_t)1 << 40) / o.cols[c])
+            cli_usage_error("bench", "--rows %lld with --cols %lld: more than 2^40 elements", (long long)M,
+                            (long long)o.cols[c]);
+    }
     FILE *csv = NULL;
     if (o.csv_path && !(csv = fopen(o.csv_path, "w"))) {
         fprintf(stderr, "fusednorm bench: --csv: cannot open '%s' for writing: %s\n", o.csv_path, strerror(errno));

@@ -107,6 +107,8 @@ int cli_parse_int_list(const char *cmd, const char *opt, const char *value, int6
         if (len == 0 || len >= sizeof item) cli_usage_error(cmd, "%s: '%s' is not a list of positive integers", opt, value);
         memcpy(item, p, len);
         item[len] = '\0';
+        if ((!parse_int64(item, &v) || v <= 0) && !strcmp(item, value))
+            cli_usage_error(cmd, "%s: '%s' is not a positive integer", opt, value);
         if (!parse_int64(item, &v) || v <= 0)
             cli_usage_error(cmd, "%s: '%s' in '%s' is not a positive integer", opt, item, value);
         if (v > max) cli_usage_error(cmd, "%s: '%s' is larger than %lld", opt, item, (long long)max);
@@ -169,7 +171,7 @@ void cli_fill_random(void *dst, fusednorm_dtype t, int64_t n, double lo, double 
     const int64_t block = 1 << 16;
     const int64_t nblocks = (n + block - 1) / block;
     const float scale = (float)((hi - lo) / 16777216.0), offset = (float)lo;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (nblocks > 1)
     for (int64_t b = 0; b < nblocks; b++) {
         uint64_t state = seed * 0x2545f4914f6cdd1dull + (uint64_t)b;
         splitmix64(&state);

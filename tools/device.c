@@ -68,7 +68,7 @@ static void parallel_memcpy(void *dst, const void *src, size_t bytes)
 {
     const size_t chunk = 1 << 20;
     const int64_t nchunks = (int64_t)((bytes + chunk - 1) / chunk);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (nchunks > 4)
     for (int64_t c = 0; c < nchunks; c++) {
         size_t off = (size_t)c * chunk, len = bytes - off < chunk ? bytes - off : chunk;
         memcpy((char *)dst + off, (const char *)src + off, len);
@@ -79,7 +79,7 @@ static void parallel_memset(void *dst, int byte, size_t bytes)
 {
     const size_t chunk = 1 << 20;
     const int64_t nchunks = (int64_t)((bytes + chunk - 1) / chunk);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (nchunks > 4)
     for (int64_t c = 0; c < nchunks; c++) {
         size_t off = (size_t)c * chunk, len = bytes - off < chunk ? bytes - off : chunk;
         memset((char *)dst + off, byte, len);

@@ -45,8 +45,11 @@ void cuda_print_devices(FILE *out)
     cudaError_t e = cudaGetDeviceCount(&count);
     (void)cudaRuntimeGetVersion(&runtime);
     (void)cudaDriverGetVersion(&driver);
-    fprintf(out, "CUDA runtime:     %d.%d (driver supports %d.%d)\n", runtime / 1000, runtime % 1000 / 10,
-            driver / 1000, driver % 1000 / 10);
+    if (driver)
+        fprintf(out, "CUDA runtime:     %d.%d (driver supports %d.%d)\n", runtime / 1000, runtime % 1000 / 10,
+                driver / 1000, driver % 1000 / 10);
+    else
+        fprintf(out, "CUDA runtime:     %d.%d (no CUDA driver found)\n", runtime / 1000, runtime % 1000 / 10);
     if (e != cudaSuccess) {
         fprintf(out, "CUDA devices:     none usable (cudaGetDeviceCount: %s)\n", cudaGetErrorString(e));
         (void)cudaGetLastError();
