@@ -1,0 +1,222 @@
+"""The functional API (quack's names): rmsnorm / layernorm, differentiable in
+x, weight, bias and residual, and the *_fwd / *_bwd pairs for callers that
+manage their own autograd.
+
+Every argument is checked here, before anything runs: TypeError for a wrong
+type or dtype, ValueError for a wrong shape, device or value, each naming the
+argument. What the C library still refuses surfaces as RuntimeError with its
+message.
+
+Eager calls go through an autograd.Function straight to the C library; under
+torch.compile the same calls trace to the fusednorm::fwd / fusednorm::bwd
+custom ops (no graph break), whose fake implementations give the shapes.
+"""
+import math
+
+import torch
+
+from . import _lib
+from ._ops import DTYPE_CODE, _bwd_impl, _fwd_impl, _FusedNormFn, bwd_op, fwd_op
+
+__all__ = ["rmsnorm", "layernorm", "rmsnorm_fwd", "rmsnorm_bwd", "layernorm_fwd", "layernorm_bwd"]
+
+_Tensor = torch.Tensor
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+_SUPPORTED = "torch.float32, torch.float16 or torch.bfloat16"
+
+
+def _check_tensor(name, t, fn):
+    if not isinstance(t, _Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in DTYPE_CODE:
+        raise TypeError(f"{fn}: {name}.dtype is {t.dtype}; fusednorm supports {_SUPPORTED}")
+
+
+def _check_dtype_arg(name, d, fn):
+    if d is not None and d not in DTYPE_CODE:
+        raise TypeError(f"{fn}: {name} is {d!r}; expected None or {_SUPPORTED}")
+
+
+def _check_device(name, t, x, fn):
+    if t.device != x.device:
+        raise ValueError(f"{fn}: {name} is on {t.device} but x is on {x.device}; "
+                         "all tensors must be on x's device")
+
+
+def _check_inputs(fn, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset):
+    """All the checks of the forward; cheap enough to run on every call."""
+    _check_tensor("x", x, fn)
+    if x.dim() == 0:
+        raise ValueError(f"{fn}: x must have at least one dimension (the normalized one), got a 0-d tensor")
+    cols = x.shape[-1]
+    if cols == 0:
+        raise ValueError(f"{fn}: x's last dimension is 0; nothing to normalize (x.shape = {tuple(x.shape)})")
+    dev_type = x.device.type
+    if dev_type != "cpu" and dev_type != "cuda" and dev_type != "meta":
+        raise ValueError(f"{fn}: x is on {x.device}; fusednorm runs on cpu and cuda tensors")
+    for name, v in (("weight", weight), ("bias", bias)):
+        if v is None:
+            continue
+        _check_tensor(name, v, fn)
+        if v.dim() != 1 or v.shape[0] != cols:
+            raise ValueError(f"{fn}: {name}.shape is {tuple(v.shape)}; expected ({cols},), the length of x's "
+                             f"last dimension (x.shape = {tuple(x.shape)})")
+        _check_device(name, v, x, fn)
+    if residual is not None:
+        _check_tensor("residual", residual, fn)
+        if residual.shape != x.shape:
+            raise ValueError(f"{fn}: residual.shape {tuple(residual.shape)} differs from x.shape {tuple(x.shape)}")
+        _check_device("residual", residual, x, fn)
+    _check_dtype_arg("out_dtype", out_dtype, fn)
+    _check_dtype_arg("residual_dtype", residual_dtype, fn)
+    if not isinstance(eps, (float, int)) or isinstance(eps, bool):
+        raise TypeError(f"{fn}: eps must be a float, got {type(eps).__name__}")
+    if not (math.isfinite(eps) and eps >= 0.0):
+        raise ValueError(f"{fn}: eps ({eps}) must be finite and >= 0")
+    if not isinstance(weight_offset, (float, int)) or isinstance(weight_offset, bool):
+        raise TypeError(f"{fn}: weight_offset must be a float, got {type(weight_offset).__name__}")
+    if not math.isfinite(weight_offset):
+        raise ValueError(f"{fn}: weight_offset ({weight_offset}) must be finite")
+
+
+def _norm(fn, norm, x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm, weight_offset):
+    _check_inputs(fn, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset)
+    eps = float(eps)
+    weight_offset = float(weight_offset)
+    needs_grad = _grad_enabled() and (
+        x.requires_grad
+        or (weight is not None and weight.requires_grad)
+        or (bias is not None and bias.requires_grad)
+        or (residual is not None and residual.requires_grad))
+    # The backward normalizes residual_out, so it is written whenever a gradient
+    # may be needed, even when the caller does not ask for it (prenorm=False).
+    store_residual_out = residual is not None and (prenorm or needs_grad)
+    if _is_compiling():
+        y, residual_out, _, _ = fwd_op(x, weight, bias, residual, norm, eps, weight_offset, out_dtype,
+                                       residual_dtype, store_residual_out, needs_grad)
+    elif needs_grad:
+        y, residual_out = _FusedNormFn.apply(x, weight, bias, residual, norm, eps, weight_offset, out_dtype,
+                                             residual_dtype, store_residual_out)
+    else:  # inference: no autograd node, no stats stored
+        y, residual_out, _, _ = _fwd_impl(x, weight, bias, residual, norm, eps, weight_offset, out_dtype,
+                                          residual_dtype, store_residual_out, False)
+    if not prenorm:
+        return y
+    if residual is None:
+        # Nothing was added: the residual stream is x itself (cast when asked).
+        residual_out = x if residual_dtype is None or residual_dtype == x.dtype else x.to(residual_dtype)
+    return y, residual_out
+
+
+def rmsnorm(x, weight=None, bias=None, residual=None, out_dtype=None, residual_dtype=None, eps=1e-6,
+            prenorm=False, weight_offset=0.0):
+    """RMSNorm over x's last dimension: y = (x + residual) * rstd * (weight + weight_offset) + bias.
+
+    Returns y (in out_dtype, x.dtype when None), or (y, residual_out) when prenorm is
+    True, residual_out = x + residual in residual_dtype (residual.dtype when None; x
+    itself when no residual is given). Differentiable in x, weight, bias, residual.
+    """
+    return _norm("rmsnorm", _lib.RMSNORM, x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm,
+                 weight_offset)
+
+
+def layernorm(x, weight=None, bias=None, residual=None, out_dtype=None, residual_dtype=None, eps=1e-5,
+              prenorm=False, weight_offset=0.0):
+    """LayerNorm over x's last dimension (biased variance); arguments and
+    results as rmsnorm."""
+    return _norm("layernorm", _lib.LAYERNORM, x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm,
+                 weight_offset)
+
+
+# ---- explicit forward / backward (no autograd) ---------------------------------------
+
+
+def _fwd_explicit(fn, norm, x, weight, bias, residual, out_dtype, residual_dtype, eps, store_rstd, weight_offset):
+    _check_inputs(fn, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset)
+    op = fwd_op if _is_compiling() else _fwd_impl
+    with torch.no_grad():
+        y, residual_out, rstd, mean = op(x, weight, bias, residual, norm, float(eps), float(weight_offset),
+                                         out_dtype, residual_dtype, residual is not None, bool(store_rstd))
+    if residual is None:
+        residual_out = None
+    if not store_rstd:
+        rstd = mean = None
+    return y, residual_out, rstd, mean
+
+
+def rmsnorm_fwd(x, weight=None, bias=None, residual=None, out_dtype=None, residual_dtype=None, eps=1e-6,
+                store_rstd=False, weight_offset=0.0):
+    """Forward only: (out, residual_out, rstd). residual_out is None without a
+    residual; rstd (fp32, one per row) is None unless store_rstd."""
+    y, residual_out, rstd, _ = _fwd_explicit("rmsnorm_fwd", _lib.RMSNORM, x, weight, bias, residual, out_dtype,
+                                             residual_dtype, eps, store_rstd, weight_offset)
+    return y, residual_out, rstd
+
+
+def layernorm_fwd(x, weight=None, bias=None, residual=None, out_dtype=None, residual_dtype=None, eps=1e-5,
+                  store_rstd=False, weight_offset=0.0):
+    """Forward only: (out, residual_out, rstd, mean); rstd and mean (fp32, one per
+    row) are None unless store_rstd."""
+    return _fwd_explicit("layernorm_fwd", _lib.LAYERNORM, x, weight, bias, residual, out_dtype, residual_dtype, eps,
+                         store_rstd, weight_offset)
+
+
+def _bwd_explicit(fn, norm, x, weight, dout, rstd, mean, dresidual_out, has_bias, has_residual, eps,
+                  weight_offset, residual_dtype, dx_dtype):
+    _check_inputs(fn, x, weight, None, None, None, residual_dtype, eps, weight_offset)
+    _check_tensor("dout", dout, fn)
+    if dout.shape != x.shape:
+        raise ValueError(f"{fn}: dout.shape {tuple(dout.shape)} differs from x.shape {tuple(x.shape)}")
+    _check_device("dout", dout, x, fn)
+    rows = x.numel() // x.shape[-1]
+    for name, s in (("rstd", rstd), ("mean", mean)):
+        if s is None:
+            continue
+        if not isinstance(s, _Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor or None, got {type(s).__name__}")
+        if s.dtype != torch.float32:
+            raise TypeError(f"{fn}: {name}.dtype is {s.dtype}; expected torch.float32 (as the forward stores it)")
+        if s.numel() != rows:
+            raise ValueError(f"{fn}: {name} has {s.numel()} elements; expected one per row of x ({rows})")
+        _check_device(name, s, x, fn)
+    if norm == _lib.LAYERNORM and rstd is not None and mean is None:
+        raise ValueError(f"{fn}: rstd is given without mean; LayerNorm needs both (or neither, to recompute)")
+    if dresidual_out is not None:
+        _check_tensor("dresidual_out", dresidual_out, fn)
+        if dresidual_out.shape != x.shape:
+            raise ValueError(f"{fn}: dresidual_out.shape {tuple(dresidual_out.shape)} differs from x.shape "
+                             f"{tuple(x.shape)}")
+        _check_device("dresidual_out", dresidual_out, x, fn)
+    _check_dtype_arg("dx_dtype", dx_dtype, fn)
+    dx_dtype = dx_dtype if dx_dtype is not None else x.dtype
+    if rstd is not None:
+        rstd = rstd.contiguous()
+    if mean is not None:
+        mean = mean.contiguous()
+    op = bwd_op if _is_compiling() else _bwd_impl
+    dres_dtype = residual_dtype if residual_dtype is not None else x.dtype
+    separate = has_residual and dres_dtype != dx_dtype
+    with torch.no_grad():
+        dx, dw, db, dres = op(dout, x, weight, rstd, mean, dresidual_out, norm, float(eps), float(weight_offset),
+                              dx_dtype, dres_dtype if separate else None, weight is not None,
+                              (weight.dtype if weight is not None else x.dtype) if has_bias else None)
+    return (dx, dw if weight is not None else None, db if has_bias else None,
+            (dres if separate else dx) if has_residual else None)
+
+
+def rmsnorm_bwd(x, weight, dout, rstd=None, dresidual_out=None, has_bias=False, has_residual=False, eps=1e-6,
+                weight_offset=0.0, residual_dtype=None, dx_dtype=None):
+    """Backward only: (dx, dweight, dbias, dresidual). x is what the forward
+    normalized (residual_out when a residual was fused); rstd from the forward, or
+    None to recompute it from x and eps. dweight is None without weight, dbias
+    unless has_bias, dresidual unless has_residual."""
+    return _bwd_explicit("rmsnorm_bwd", _lib.RMSNORM, x, weight, dout, rstd, None, dresidual_out, has_bias,
+                         has_residual, eps, weight_offset, residual_dtype, dx_dtype)
+
+
+def layernorm_bwd(x, weight, dout, rstd=None, mean=None, dresidual_out=None, has_bias=False, has_residual=False,
+                  eps=1e-5, weight_offset=0.0, residual_dtype=None, dx_dtype=None):
+    """Backward only, as rmsnorm_bwd; LayerNorm needs mean with rstd (or neither)."""
+    return _bwd_explicit("layernorm_bwd", _lib.LAYERNORM, x, weight, dout, rstd, mean, dresidual_out, has_bias,
+                         has_residual, eps, weight_offset, residual_dtype, dx_dtype)
