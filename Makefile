@@ -28,6 +28,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK = 1
 export PIP_ROOT_USER_ACTION = ignore
 export PIP_BREAK_SYSTEM_PACKAGES = 1
 
+# cmake's generated makefiles are sub-makes too: keep their noise out.
+MAKEFLAGS += --no-print-directory
+
 .PHONY: all build run test test-c test-asan fuzz test-python install clean
 
 all: build

@@ -17,6 +17,16 @@ for f in libfusednorm.a libfusednorm.so libfusednorm.so.0; do
     test -e "$libdir/$f" || { echo "missing $libdir/$f"; exit 1; }
 done
 
+# Built with hidden visibility, the library must still export its API.
+if command -v nm >/dev/null 2>&1; then
+    exported=$(nm -D --defined-only "$libdir/libfusednorm.so" | awk '{print $3}' | grep -c '^fusednorm_' || true)
+    if [ "$exported" -lt 7 ]; then
+        echo "libfusednorm.so exports $exported fusednorm_* functions, expected 7 (fwd, bwd, bwd_workspace_size,"
+        echo "status_string, last_error, version, cuda_available): hidden visibility needs an export attribute"
+        exit 1
+    fi
+fi
+
 # The README's first ```c block must be this file, minus its opening comment.
 if [ -f "$src/README.md" ]; then
     awk '/^```c$/{on=1; next} on && /^```$/{exit} on' "$src/README.md" >"$work/readme.c"
