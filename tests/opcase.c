@@ -73,6 +73,17 @@ void th_case_describe(const th_case *c, fusednorm_backend be, char *buf, size_t 
 
 static int64_t stride_for(const th_case *c, int k) { return c->pad > 0 ? c->cols + c->pad * k : 0; }
 
+/* NaN in row 1, +Inf in row 2, -Inf in row 3 (where the shape has them). */
+static void plant_nonfinite(th_tensor *t, int which)
+{
+    const int64_t col = t->cols > 7 ? 7 : t->cols - 1;
+    if (which == 0 && t->rows > 1) fn_store(th_host(t), t->dtype, 1 * t->stride + col / 2, NAN);
+    if (which == 0 && t->rows > 2) fn_store(th_host(t), t->dtype, 2 * t->stride + col, INFINITY);
+    if (which == 0 && t->rows > 3) fn_store(th_host(t), t->dtype, 3 * t->stride, -INFINITY);
+    if (which == 1 && t->rows > 1) fn_store(th_host(t), t->dtype, 1 * t->stride + col, NAN);
+    th_upload(t);
+}
+
 static double *dmalloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(double)); }
 
 static double wprime(const th_tensor *w, int on, float off, int64_t j)
@@ -95,6 +106,7 @@ static int run_fwd(const th_case *c, fusednorm_backend be, const th_tensor *w, c
     memset(&mean, 0, sizeof mean);
     th_alloc(&x, be, c->x, R, N, stride_for(c, 1), c->misalign);
     th_fill(&x, -2.0, 2.0);
+    if (c->nonfinite) plant_nonfinite(&x, 0);
     if (c->residual_on) {
         th_alloc(&r, be, c->residual, R, N, stride_for(c, 2), c->misalign);
         th_fill(&r, -1.0, 1.0);
@@ -237,6 +249,10 @@ static int run_bwd(const th_case *c, fusednorm_backend be, const th_tensor *w, t
     th_fill(&x, -2.0, 2.0);
     th_alloc(&dy, be, c->dy, R, N, stride_for(c, 2), c->misalign);
     th_fill(&dy, -1.0, 1.0);
+    if (c->nonfinite) {
+        plant_nonfinite(&x, 0);
+        plant_nonfinite(&dy, 1);
+    }
     if (c->dresidual_out_on) {
         th_alloc(&dro, be, c->dresidual_out, R, N, stride_for(c, 3), c->misalign);
         th_fill(&dro, -1.0, 1.0);

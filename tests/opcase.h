@@ -27,6 +27,7 @@ typedef struct th_case {
     int misalign; /* every base pointer shifted by one element */
     int alias_y_x, alias_resout_res, alias_resout_x, alias_dx_dy, alias_dres_dresout;
     int skip_fwd, skip_bwd;
+    int nonfinite; /* NaN/Inf planted in x (fwd, bwd) and dy: they must propagate as IEEE does */
 } th_case;
 
 /* Outputs kept for cross-backend comparison (dense doubles, with the

@@ -203,8 +203,21 @@ void th_suite_shapes(fusednorm_backend be)
     run_on(c, be);
 }
 
+void th_suite_nonfinite(fusednorm_backend be)
+{
+    for (int n = 0; n < 2; n++)
+        for (int d = 0; d < 3; d++)
+            for (int set = 0; set < 2; set++) {
+                th_case c = th_case_default((fusednorm_norm)n, 6, 200, all_dtypes[d]);
+                apply_features(&c, set ? 1 : 4);
+                c.nonfinite = 1;
+                run_on(c, be);
+            }
+}
+
 void th_suite_all(fusednorm_backend be)
 {
+    th_suite_nonfinite(be);
     th_suite_features(be);
     th_suite_mixes(be);
     th_suite_shapes(be);

@@ -262,7 +262,7 @@ static void test_over_2g_elements(void)
     cudaMemGetInfo(&free_b, &total_b);
     if (free_b < 4 * bytes + (1ull << 30)) {
         printf("note: %zu MiB free on the device; the >2^31-element case needs %zu MiB and was not run\n",
-               free_b >> 20, (4 * bytes + (1ull << 30)) >> 20);
+               free_b >> 20, (size_t)((4 * bytes + (1ull << 30)) >> 20));
         return;
     }
     snprintf(th_context, sizeof th_context, "cuda rmsnorm bf16 rows %lld cols %lld (> 2^31 elements)", (long long)R,
