@@ -19,21 +19,29 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float cpu_ld_f32(const unsigned char *p, int64_t i)
+/* Forced inline: the row kernels are cloned per ISA (norm_cpu.c), and only
+ * code inlined into a clone is compiled for that clone's ISA. */
+#if defined(__GNUC__)
+#define CPU_INLINE static inline __attribute__((always_inline))
+#else
+#define CPU_INLINE static inline
+#endif
+
+CPU_INLINE float cpu_ld_f32(const unsigned char *p, int64_t i)
 {
     float v;
     memcpy(&v, p + 4 * i, 4);
     return v;
 }
-static inline void cpu_st_f32(unsigned char *p, int64_t i, float v) { memcpy(p + 4 * i, &v, 4); }
+CPU_INLINE void cpu_st_f32(unsigned char *p, int64_t i, float v) { memcpy(p + 4 * i, &v, 4); }
 
-static inline float cpu_ld_bf16(const unsigned char *p, int64_t i)
+CPU_INLINE float cpu_ld_bf16(const unsigned char *p, int64_t i)
 {
     uint16_t h;
     memcpy(&h, p + 2 * i, 2);
     return fn_bits_to_f32((uint32_t)h << 16);
 }
-static inline float cpu_ld_f16(const unsigned char *p, int64_t i)
+CPU_INLINE float cpu_ld_f16(const unsigned char *p, int64_t i)
 {
     uint16_t h;
     memcpy(&h, p + 2 * i, 2);
@@ -44,26 +52,26 @@ static inline float cpu_ld_f16(const unsigned char *p, int64_t i)
  * 32-bit value before the one shift, which the vectorizer turns into a blend.
  * ((u | 0x400000) >> 16 == (u >> 16) | 0x40.) The magnitude fits in int32, so
  * a signed compare (which SSE has) is exact. */
-static inline uint16_t cpu_f32_to_bf16(float f)
+CPU_INLINE uint16_t cpu_f32_to_bf16(float f)
 {
     uint32_t u = fn_f32_to_bits(f);
     int32_t magnitude = (int32_t)(u & 0x7fffffffu);
     uint32_t r = magnitude > 0x7f800000 ? (u | 0x00400000u) : u + 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(r >> 16);
 }
-static inline void cpu_st_bf16(unsigned char *p, int64_t i, float v)
+CPU_INLINE void cpu_st_bf16(unsigned char *p, int64_t i, float v)
 {
     uint16_t h = cpu_f32_to_bf16(v);
     memcpy(p + 2 * i, &h, 2);
 }
-static inline void cpu_st_f16(unsigned char *p, int64_t i, float v)
+CPU_INLINE void cpu_st_f16(unsigned char *p, int64_t i, float v)
 {
     uint16_t h = fn_f32_to_f16(v);
     memcpy(p + 2 * i, &h, 2);
 }
 
 /* dst[i] = src[i] (as fp32). */
-static inline void cpu_load_row(float *restrict dst, const void *src, fusednorm_dtype t, int64_t n)
+CPU_INLINE void cpu_load_row(float *restrict dst, const void *src, fusednorm_dtype t, int64_t n)
 {
     const unsigned char *p = (const unsigned char *)src;
     switch (t) {
@@ -80,7 +88,7 @@ static inline void cpu_load_row(float *restrict dst, const void *src, fusednorm_
 }
 
 /* dst[i] += src[i] (as fp32). */
-static inline void cpu_add_row(float *restrict dst, const void *src, fusednorm_dtype t, int64_t n)
+CPU_INLINE void cpu_add_row(float *restrict dst, const void *src, fusednorm_dtype t, int64_t n)
 {
     const unsigned char *p = (const unsigned char *)src;
     switch (t) {
@@ -97,7 +105,7 @@ static inline void cpu_add_row(float *restrict dst, const void *src, fusednorm_d
 }
 
 /* dst[i] = round(src[i]) in dtype t. */
-static inline void cpu_store_row(void *dst, fusednorm_dtype t, const float *restrict src, int64_t n)
+CPU_INLINE void cpu_store_row(void *dst, fusednorm_dtype t, const float *restrict src, int64_t n)
 {
     unsigned char *p = (unsigned char *)dst;
     switch (t) {
@@ -113,74 +121,95 @@ static inline void cpu_store_row(void *dst, fusednorm_dtype t, const float *rest
     }
 }
 
-/* Row statistics. Row sums are accumulated in double: the contract allows
- * fp32 or wider, and each product of two floats is exact in double, so the
- * only rounding is in the additions. The per-element work (h - mean) stays in
- * fp32, as in every other backend. mean is 0 for RMSNorm.
+/* Row sums. Each is accumulated in fp32 (the contract) over CPU_LANES
+ * independent partial sums, element i going to lane i % CPU_LANES, and the
+ * lanes are added in a fixed tree: the vectorizer maps lanes to registers
+ * without reassociating anything, so the result is the same at every vector
+ * width (SSE or AVX2 clone) and thread count, and the add chains are short
+ * enough to hide latency. Double sums were measured here and cost about 3x the
+ * arithmetic of this loop (conversions plus half-width vectors), which made
+ * the row kernels compute-bound, so fp32 it is. The per-element work
+ * (h - mean) is fp32 as in every backend.
  *
- * The first sum is taken while the row is loaded (cpu_load_row_sum /
- * cpu_add_row_sum: sum of h for LayerNorm, sum of h^2 for RMSNorm), so that
- * RMSNorm reads its scratch row once more (to normalize) and LayerNorm twice
- * (two-pass variance around the fp32 mean, which stays accurate when
- * |mean| >> std). */
-#define CPU_SUM_LOOP(LOAD, ACCUMULATE_INTO_DST)                                                                       \
-    if (squares) {                                                                                                    \
-        _Pragma("omp simd reduction(+ : sum)") for (int64_t i = 0; i < n; i++)                                       \
-        {                                                                                                             \
-            float v = ACCUMULATE_INTO_DST ? dst[i] + LOAD(p, i) : LOAD(p, i);                                         \
-            dst[i] = v;                                                                                               \
-            sum += (double)v * (double)v;                                                                             \
-        }                                                                                                             \
-    } else {                                                                                                          \
-        _Pragma("omp simd reduction(+ : sum)") for (int64_t i = 0; i < n; i++)                                       \
-        {                                                                                                             \
-            float v = ACCUMULATE_INTO_DST ? dst[i] + LOAD(p, i) : LOAD(p, i);                                         \
-            dst[i] = v;                                                                                               \
-            sum += (double)v;                                                                                         \
-        }                                                                                                             \
+ * The first sum is taken while the row is loaded (sum of h for LayerNorm, sum
+ * of h^2 for RMSNorm), so RMSNorm reads its scratch row once more (to
+ * normalize) and LayerNorm twice (two-pass variance around the mean, which
+ * stays accurate when |mean| >> std). */
+#define CPU_LANES 16
+
+CPU_INLINE float cpu_lanes_total(const float *acc)
+{
+    float s8[8], s4[4];
+    for (int k = 0; k < 8; k++) s8[k] = acc[k] + acc[k + 8];
+    for (int k = 0; k < 4; k++) s4[k] = s8[k] + s8[k + 4];
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+#define CPU_SUM_BODY(LOAD, ACCUMULATE_INTO_DST, SQUARES, I, K)                                                        \
+    {                                                                                                                 \
+        float v = ACCUMULATE_INTO_DST ? dst[I] + LOAD(p, I) : LOAD(p, I);                                             \
+        dst[I] = v;                                                                                                   \
+        acc[K] += SQUARES ? v * v : v;                                                                                \
     }
+#define CPU_SUM_LOOP(LOAD, ACCUMULATE_INTO_DST, SQUARES)                                                              \
+    {                                                                                                                 \
+        int64_t i = 0;                                                                                                \
+        for (; i + CPU_LANES <= n; i += CPU_LANES)                                                                    \
+            for (int k = 0; k < CPU_LANES; k++) CPU_SUM_BODY(LOAD, ACCUMULATE_INTO_DST, SQUARES, i + k, k)            \
+        for (int k = 0; i + k < n; k++) CPU_SUM_BODY(LOAD, ACCUMULATE_INTO_DST, SQUARES, i + k, k)                    \
+    }
+#define CPU_SUM_LOOPS(LOAD, ACCUMULATE_INTO_DST)                                                                      \
+    if (squares)                                                                                                      \
+        CPU_SUM_LOOP(LOAD, ACCUMULATE_INTO_DST, 1)                                                                    \
+    else                                                                                                              \
+        CPU_SUM_LOOP(LOAD, ACCUMULATE_INTO_DST, 0)
 
 /* dst[i] = src[i] (or dst[i] + src[i] when accumulate); returns the sum of the
  * new dst[i] (or of their squares when squares). */
-static inline double cpu_load_row_sum(float *restrict dst, const void *src, fusednorm_dtype t, int64_t n,
-                                      int accumulate, int squares)
+CPU_INLINE float cpu_load_row_sum(float *restrict dst, const void *src, fusednorm_dtype t, int64_t n,
+                                     int accumulate, int squares)
 {
     const unsigned char *p = (const unsigned char *)src;
-    double sum = 0.0;
+    float acc[CPU_LANES] = {0};
     if (accumulate) {
         switch (t) {
-        case FUSEDNORM_BF16: CPU_SUM_LOOP(cpu_ld_bf16, 1) break;
-        case FUSEDNORM_F16: CPU_SUM_LOOP(cpu_ld_f16, 1) break;
-        default: CPU_SUM_LOOP(cpu_ld_f32, 1) break;
+        case FUSEDNORM_BF16: CPU_SUM_LOOPS(cpu_ld_bf16, 1) break;
+        case FUSEDNORM_F16: CPU_SUM_LOOPS(cpu_ld_f16, 1) break;
+        default: CPU_SUM_LOOPS(cpu_ld_f32, 1) break;
         }
     } else {
         switch (t) {
-        case FUSEDNORM_BF16: CPU_SUM_LOOP(cpu_ld_bf16, 0) break;
-        case FUSEDNORM_F16: CPU_SUM_LOOP(cpu_ld_f16, 0) break;
-        default: CPU_SUM_LOOP(cpu_ld_f32, 0) break;
+        case FUSEDNORM_BF16: CPU_SUM_LOOPS(cpu_ld_bf16, 0) break;
+        case FUSEDNORM_F16: CPU_SUM_LOOPS(cpu_ld_f16, 0) break;
+        default: CPU_SUM_LOOPS(cpu_ld_f32, 0) break;
         }
     }
-    return sum;
+    return cpu_lanes_total(acc);
 }
 
 /* mean and rstd from the first sum (see above) and, for LayerNorm, a second
  * pass over the row. */
-static inline void cpu_row_stats(const float *restrict h, int64_t n, int layernorm, double first_sum, float eps,
+CPU_INLINE void cpu_row_stats(const float *restrict h, int64_t n, int layernorm, float first_sum, float eps,
                                  float *mean_out, float *rstd_out)
 {
-    float mean = 0.0f;
-    double sum_sq = first_sum;
+    float mean = 0.0f, sum_sq = first_sum, count = (float)n;
     if (layernorm) {
-        mean = (float)(first_sum / (double)n);
-        sum_sq = 0.0;
-#pragma omp simd reduction(+ : sum_sq)
-        for (int64_t i = 0; i < n; i++) {
-            float d = h[i] - mean;
-            sum_sq += (double)d * (double)d;
+        mean = first_sum / count;
+        float acc[CPU_LANES] = {0};
+        int64_t i = 0;
+        for (; i + CPU_LANES <= n; i += CPU_LANES)
+            for (int k = 0; k < CPU_LANES; k++) {
+                float d = h[i + k] - mean;
+                acc[k] += d * d;
+            }
+        for (int k = 0; i + k < n; k++) {
+            float d = h[i + k] - mean;
+            acc[k] += d * d;
         }
+        sum_sq = cpu_lanes_total(acc);
     }
     *mean_out = mean;
-    *rstd_out = (float)(1.0 / sqrt(sum_sq / (double)n + (double)eps));
+    *rstd_out = 1.0f / sqrtf(sum_sq / count + eps);
 }
 
 /* ---- streaming stores ----------------------------------------------------
@@ -197,7 +226,7 @@ static inline void cpu_row_stats(const float *restrict h, int64_t n, int layerno
 
 /* Four floats to bf16 as in cpu_f32_to_bf16, in the low halves of 32-bit lanes
  * (arithmetic shift: the value then packs exactly with signed saturation). */
-static inline __m128i cpu_bf16x4(__m128 f)
+CPU_INLINE __m128i cpu_bf16x4(__m128 f)
 {
     __m128i u = _mm_castps_si128(f);
     __m128i lsb = _mm_and_si128(_mm_srli_epi32(u, 16), _mm_set1_epi32(1));
@@ -208,7 +237,7 @@ static inline __m128i cpu_bf16x4(__m128 f)
     return _mm_srai_epi32(_mm_blendv_epi8(rounded, quiet, is_nan), 16);
 }
 
-static inline void cpu_stream_row(void *dst, fusednorm_dtype t, const float *restrict src, int64_t n)
+CPU_INLINE void cpu_stream_row(void *dst, fusednorm_dtype t, const float *restrict src, int64_t n)
 {
     unsigned char *p = (unsigned char *)dst;
     size_t es = t == FUSEDNORM_F32 ? 4 : 2;
@@ -230,14 +259,14 @@ static inline void cpu_stream_row(void *dst, fusednorm_dtype t, const float *res
     }
     cpu_store_row(p + (size_t)i * es, t, src + i, n - i);
 }
-static inline void cpu_stream_fence(void) { _mm_sfence(); }
+CPU_INLINE void cpu_stream_fence(void) { _mm_sfence(); }
 #else
 #define CPU_HAVE_STREAM 0
-static inline void cpu_stream_row(void *dst, fusednorm_dtype t, const float *restrict src, int64_t n)
+CPU_INLINE void cpu_stream_row(void *dst, fusednorm_dtype t, const float *restrict src, int64_t n)
 {
     cpu_store_row(dst, t, src, n);
 }
-static inline void cpu_stream_fence(void) {}
+CPU_INLINE void cpu_stream_fence(void) {}
 #endif
 
 #endif

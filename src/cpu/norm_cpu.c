@@ -46,6 +46,17 @@
  * until the next op reads them anyway. */
 #define CPU_STREAM_MIN_BYTES ((int64_t)32 << 20)
 
+/* The row kernels are built twice, for x86-64-v2 (the library's baseline)
+ * and for AVX2 (8-lane vectors: the bf16 conversions and row sums are
+ * arithmetic-bound at 4 lanes), picked at load time by the CPU. Results are
+ * identical: no contraction into FMA (ISO C mode), and the row sums use fixed
+ * lanes (cpu_rows.h). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(FN_CPU_NO_ISA_CLONES)
+#define CPU_ROW_KERNEL __attribute__((target_clones("avx2", "default")))
+#else
+#define CPU_ROW_KERNEL
+#endif
+
 static int stream_output(const fusednorm_tensor *t, int64_t rows, int64_t cols)
 {
     return CPU_HAVE_STREAM && t->data && rows * cols * (int64_t)fn_dtype_size(t->dtype) >= CPU_STREAM_MIN_BYTES;
@@ -103,7 +114,7 @@ static void prepare_weight(float *wf, const fusednorm_tensor *w, float offset, i
         STORE(p, i, v);                                                                                               \
     }
 
-static void fwd_normalize_store(void *y, fusednorm_dtype t, const float *restrict h, const float *restrict wf,
+CPU_INLINE void fwd_normalize_store(void *y, fusednorm_dtype t, const float *restrict h, const float *restrict wf,
                                 const float *restrict bf, float mean, float rstd, int64_t n)
 {
     unsigned char *p = (unsigned char *)y;
@@ -122,12 +133,12 @@ static void fwd_normalize_store(void *y, fusednorm_dtype t, const float *restric
     }
 }
 
-static void fwd_row(const fusednorm_fwd_args *a, int64_t r, float *restrict h, const float *restrict wf,
+CPU_ROW_KERNEL static void fwd_row(const fusednorm_fwd_args *a, int64_t r, float *restrict h, const float *restrict wf,
                     const float *restrict bf, int stream_y, int stream_residual_out)
 {
     int64_t n = a->cols;
     int layernorm = a->norm == FUSEDNORM_LAYERNORM;
-    double first_sum;
+    float first_sum;
     if (a->residual.data) {
         cpu_load_row(h, row_in(&a->x, r), a->x.dtype, n);
         first_sum = cpu_load_row_sum(h, row_in(&a->residual, r), a->residual.dtype, n, 1, !layernorm);
@@ -218,21 +229,26 @@ fusednorm_status fn_cpu_bwd_workspace_size(const fusednorm_bwd_args *a, size_t *
 }
 
 /* One pass over the row in scratch: x_hat replaces x, g = dy * wf, the row
- * sums of x_hat*g (and g for LayerNorm), and the chunk's dweight/dbias terms.
- * Written out per feature so that each variant is one vectorizable loop. */
+ * sums of x_hat*g (and g for LayerNorm) over CPU_LANES fp32 lanes (see
+ * cpu_rows.h), and the chunk's dweight/dbias terms. Written out per feature
+ * so that each variant is one vectorizable loop. */
+#define BWD_SUM_BODY(LAYERNORM, WITH_DW, WITH_DB, I, K)                                                            \
+    {                                                                                                                 \
+        float xhat = (xs[I] - mean) * rstd;                                                                           \
+        float dyv = gs[I];                                                                                            \
+        float g = dyv * wf[I];                                                                                        \
+        xs[I] = xhat;                                                                                                 \
+        acc_xg[K] += xhat * g;                                                                                        \
+        if (LAYERNORM) acc_g[K] += g;                                                                                 \
+        if (WITH_DW) dw_partial[I] += dyv * xhat;                                                                     \
+        if (WITH_DB) db_partial[I] += dyv;                                                                            \
+    }
 #define BWD_SUM_LOOP(LAYERNORM, WITH_DW, WITH_DB)                                                                     \
     {                                                                                                                 \
-        _Pragma("omp simd reduction(+ : sum_xg, sum_g)") for (int64_t i = 0; i < n; i++)                             \
-        {                                                                                                             \
-            float xhat = (xs[i] - mean) * rstd;                                                                       \
-            float dyv = gs[i];                                                                                        \
-            float g = dyv * wf[i];                                                                                    \
-            xs[i] = xhat;                                                                                             \
-            sum_xg += (double)xhat * (double)g;                                                                       \
-            if (LAYERNORM) sum_g += (double)g;                                                                        \
-            if (WITH_DW) dw_partial[i] += dyv * xhat;                                                                 \
-            if (WITH_DB) db_partial[i] += dyv;                                                                        \
-        }                                                                                                             \
+        int64_t i = 0;                                                                                                \
+        for (; i + CPU_LANES <= n; i += CPU_LANES)                                                                    \
+            for (int k = 0; k < CPU_LANES; k++) BWD_SUM_BODY(LAYERNORM, WITH_DW, WITH_DB, i + k, k)                   \
+        for (int k = 0; i + k < n; k++) BWD_SUM_BODY(LAYERNORM, WITH_DW, WITH_DB, i + k, k)                           \
     }
 
 /* dh = rstd * (g - mean(g) - x_hat * mean(x_hat * g)), mean(g) = 0 for RMSNorm. */
@@ -242,7 +258,7 @@ fusednorm_status fn_cpu_bwd_workspace_size(const fusednorm_bwd_args *a, size_t *
 
 /* One row. xs, gs: the thread's fp32 scratch rows. dw_partial / db_partial:
  * this chunk's partial rows (NULL when not wanted). */
-static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float *restrict xs, float *restrict gs,
+CPU_ROW_KERNEL static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float *restrict xs, float *restrict gs,
                     const float *restrict wf, float *restrict dw_partial, float *restrict db_partial, int stream)
 {
     int64_t n = a->cols;
@@ -253,13 +269,13 @@ static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float *restrict xs, 
         rstd = a->rstd[r];
         mean = a->mean ? a->mean[r] : 0.0f;
     } else {
-        double first_sum = cpu_load_row_sum(xs, row_in(&a->x, r), a->x.dtype, n, 0, !layernorm);
+        float first_sum = cpu_load_row_sum(xs, row_in(&a->x, r), a->x.dtype, n, 0, !layernorm);
         cpu_row_stats(xs, n, layernorm, first_sum, a->eps, &mean, &rstd);
     }
     cpu_load_row(gs, row_in(&a->dy, r), a->dy.dtype, n);
 
     /* x_hat in place of x; the row sums; this row's dweight/dbias terms. */
-    double sum_xg = 0.0, sum_g = 0.0;
+    float acc_xg[CPU_LANES] = {0}, acc_g[CPU_LANES] = {0};
     if (layernorm) {
         if (dw_partial && db_partial) BWD_SUM_LOOP(1, 1, 1)
         else if (dw_partial) BWD_SUM_LOOP(1, 1, 0)
@@ -271,8 +287,8 @@ static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float *restrict xs, 
         else if (db_partial) BWD_SUM_LOOP(0, 0, 1)
         else BWD_SUM_LOOP(0, 0, 0)
     }
-    float mean_xg = (float)(sum_xg / (double)n);
-    float mean_g = layernorm ? (float)(sum_g / (double)n) : 0.0f;
+    float mean_xg = cpu_lanes_total(acc_xg) / (float)n;
+    float mean_g = layernorm ? cpu_lanes_total(acc_g) / (float)n : 0.0f;
 
     if (!stream && !a->dresidual_out.data && !a->dresidual.data) {
         unsigned char *p = row_out(&a->dx, r);
