@@ -74,6 +74,30 @@ if has bench; then
   done >"$OUT/bench_atomic.txt" 2>"$OUT/bench_atomic.err"
 fi
 
+if has lab; then
+  # Plan variants (FUSEDNORM_PLAN_FWD/BWD = "ept,tpr,cluster") on the shapes
+  # being tuned; one line per variant.
+  log "lab"
+  lab() { # pass dtype cols plan
+    local var=FUSEDNORM_PLAN_FWD; [ "$1" = bwd ] && var=FUSEDNORM_PLAN_BWD
+    printf '%-4s %-5s %7s %-10s ' "$1" "$2" "$3" "${4:-planner}"
+    env $var="${4:-}" "$FN" bench --backend cuda --norm rms --dtype "$2" --cols "$3" --pass "$1" 2>/dev/null |
+      awk '$1=="rms"{print $7, $8, $9}'
+  }
+  {
+    for pl in "" 32,32,1 16,64,1 8,128,1; do lab fwd bf16 1024 $pl; done
+    for pl in "" 32,128,1 16,256,1; do lab fwd bf16 4096 $pl; done
+    for pl in "" 32,512,1 32,256,2 16,512,2; do lab fwd bf16 16384 $pl; done
+    for pl in "" 16,64,1 8,128,1; do lab bwd bf16 1024 $pl; done
+    for pl in "" 16,128,1 8,256,1; do lab bwd bf16 2048 $pl; done
+    for pl in "" 16,256,1 8,512,1; do lab bwd bf16 4096 $pl; done
+    for pl in "" 16,512,1 16,256,2 8,512,2; do lab bwd bf16 8192 $pl; done
+    for pl in "" 16,512,2 16,256,4; do lab bwd bf16 16384 $pl; done
+    for pl in "" 8,64,1 4,128,1; do lab bwd f32 256 $pl; done
+  } >"$OUT/lab.txt" 2>&1
+  cat "$OUT/lab.txt" >>"$SUMMARY"
+fi
+
 if has peers && [ -f bench/torch_compare.py ]; then
   log "PyTorch peers"
   PYTHONUNBUFFERED=1 FUSEDNORM_LIBRARY="$PWD/$BUILD/libfusednorm.so" PYTHONPATH=python \
@@ -101,3 +125,9 @@ echo "================ summary ================"
 cat "$SUMMARY"
 for f in bench_rms bench_ln bench_res; do [ -f "$OUT/$f.txt" ] && { echo "-- $f"; cat "$OUT/$f.txt"; }; done
 [ -f "$OUT/bench_atomic.txt" ] && { echo "-- atomic vs deterministic"; cat "$OUT/bench_atomic.txt"; }
+echo "-- summary"
+cat "$SUMMARY"
+
+# Everything in one archive (the tool brings back at most 8 files).
+tar -C "$OUT" -czf /tmp/logs.tgz . && mv /tmp/logs.tgz "$OUT/logs.tgz" &&
+  find "$OUT" -type f ! -name logs.tgz ! -name summary.txt -delete

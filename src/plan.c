@@ -11,7 +11,13 @@
  *     cluster barrier per reduction);
  *   - 512-thread CTAs cost a little (one CTA per SM at high register counts
  *     leaves the SM idle during the row reductions);
- *   - the largest register tile costs a little (fewer CTAs resident per SM).
+ *   - the largest register tile costs a little (fewer CTAs resident per SM);
+ *   - too few bytes per thread cost more: each thread issues all its loads
+ *     before the first reduction, so bytes in flight per SM, which must cover
+ *     HBM latency, scale with them (measured: bf16 with 16 bytes per thread
+ *     reached 35% of copy bandwidth where fp32 with 32 bytes reached 55-70%).
+ *     The target is 64 bytes per thread in the forward and 32 per input
+ *     (x and dy) in the backward.
  * Past the largest coverage (262144 fwd / 131072 bwd on sm_90 with vector
  * access; 16384 / 8192 without clusters) the two-pass path takes over.
  */
@@ -51,6 +57,8 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
                 if (tpr == 512) cost += 0.05;
                 if (ept == max_ept) cost += 0.03;
                 if (ept == 4 && vec < 4) cost += 0.01;
+                const int bytes = ept * pb->x_bytes, target = pb->is_bwd ? 32 : 64;
+                if (bytes < target) cost += 0.04 * log2i(target / bytes);
                 if (cost < best_cost) {
                     best_cost = cost;
                     best.path = FN_PATH_ROWS_IN_REGISTERS;

@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <stdint.h>
 
 #define WS_ALIGN 256
@@ -36,6 +37,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static fusednorm_status cuda_fail(const char *fn, const char *what, cudaError_t e)
 {
+    cudaGetLastError(); /* a non-sticky error must not be reported again by a later call */
     if (e == cudaErrorMemoryAllocation)
         return fn_error(FUSEDNORM_ERROR_OUT_OF_MEMORY, "%s: %s: %s", fn, what, cudaGetErrorString(e));
     return fn_error(FUSEDNORM_ERROR_DEVICE, "%s: %s: %s (%s)", fn, what, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -194,6 +196,25 @@ static fusednorm_status check_device_pointer(const void *p, const char *name, in
     return FUSEDNORM_OK;
 }
 
+/* Tuning knob for the kernel lab (bench/device.sh lab): FUSEDNORM_PLAN_FWD or
+ * FUSEDNORM_PLAN_BWD = "ept,tpr,cluster" replaces the planner's register plan
+ * when that shape is instantiated and covers the row. Not for production. */
+static void plan_override(const char *var, int is_bwd, int64_t cols, fn_plan *pl)
+{
+    const char *v = getenv(var);
+    int ept, tpr, cluster;
+    if (!v || sscanf(v, "%d,%d,%d", &ept, &tpr, &cluster) != 3) return;
+    if (!fn_plan_ept_allowed(is_bwd, pl->vec, ept) || tpr < 1 || tpr > 512 || (tpr > 32 && tpr % 32) ||
+        (tpr < 32 && (tpr & (tpr - 1))) || cluster < 1 || cluster > 16 || (int64_t)ept * tpr * cluster < cols)
+        return;
+    pl->path = FN_PATH_ROWS_IN_REGISTERS;
+    pl->ept = ept;
+    pl->tpr = tpr;
+    pl->cluster = cluster;
+    pl->rows_per_block = tpr >= 256 ? 1 : 256 / tpr;
+    pl->threads = pl->rows_per_block * tpr;
+}
+
 /* ---- forward --------------------------------------------------------------- */
 
 fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
@@ -253,6 +274,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
                        vector_vec_ok(a->bias.data);
     fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok, df.cc_major, 16};
     fn_plan pl = fn_plan_make(&pb);
+    plan_override("FUSEDNORM_PLAN_FWD", 0, a->cols, &pl);
     p.tpr = pl.tpr;
     p.rows_per_block = pl.rows_per_block;
     p.cluster = pl.cluster;
@@ -360,6 +382,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
                        vector_vec_ok(a->weight.data);
     fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok, df.cc_major, 16};
     st->plan = fn_plan_make(&pb);
+    plan_override("FUSEDNORM_PLAN_BWD", 1, a->cols, &st->plan);
     fn_plan *pl = &st->plan;
     p->tpr = pl->tpr;
     p->rows_per_block = pl->rows_per_block;

@@ -295,6 +295,8 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
         cfg.numAttrs = 1;
     }
     if (active) {
+        /* The query wants a grid that is a whole number of clusters. */
+        cfg.gridDim = dim3(p.cluster);
         if (p.cluster > 1) return cudaOccupancyMaxActiveClusters(active, kernel, &cfg);
         int per_sm = 0, dev = 0, sms = 0;
         cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
@@ -376,8 +378,7 @@ static cudaError_t two_pass_dispatch(const fn_bwd_params *p, int vec, int grid, 
 
 extern "C" int fn_launch_bwd_rows(const fn_bwd_params *p, int vec, int ept, int grid, int threads, void *stream)
 {
-    cudaError_t e = fn::rows_entry(p, vec, ept, grid, threads, stream, nullptr);
-    return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
+    return (int)fn::rows_entry(p, vec, ept, grid, threads, stream, nullptr);
 }
 
 extern "C" int fn_max_active_bwd_rows(const fn_bwd_params *p, int vec, int ept, int threads, int *count)
