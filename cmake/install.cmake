@@ -42,7 +42,9 @@ foreach(lib IN LISTS OpenMP_C_LIBRARIES)
   endif()
 endforeach()
 if(FUSEDNORM_WITH_CUDA)
-  string(APPEND FUSEDNORM_PC_LIBS_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcudart")
+  # The .cu objects are C++ (nvcc's host compiler): a static link of a C
+  # program needs the C++ runtime too.
+  string(APPEND FUSEDNORM_PC_LIBS_PRIVATE " -L${CUDAToolkit_LIBRARY_DIR} -lcudart -lstdc++")
 endif()
 string(APPEND FUSEDNORM_PC_LIBS_PRIVATE " -lm")
 string(STRIP "${FUSEDNORM_PC_LIBS_PRIVATE}" FUSEDNORM_PC_LIBS_PRIVATE)
