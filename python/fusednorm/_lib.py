@@ -41,6 +41,9 @@ def _load():
 
 
 lib, library_path = _load()
+if not hasattr(lib, "fusednorm_fwd"):
+    raise ImportError(f"fusednorm: {library_path} does not export fusednorm_fwd (the public functions must be "
+                      "built with default symbol visibility)")
 
 # ---- enums (include/fusednorm.h) ------------------------------------------------
 OK = 0
