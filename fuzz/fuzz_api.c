@@ -402,12 +402,11 @@ static int make_buffers(fuzz_case *c, int valid, reader *r)
         slot *t = &c->s[i];
         if (!t->present || t->alias_of >= 0) continue;
         buffer *b = &c->b[t->buffer];
-        if (b->written && !t->is_output)  /* an input that an output aliases */
-            fill_input(b->data, b->bytes, t->dtype, r, &state, raw);
-        else if (b->written)
+        int dtype = t->is_fp32_vector_of_rows ? FUSEDNORM_F32 : t->dtype;
+        if (b->written && t->is_output)
             memset(b->data, 0xFF, b->bytes);
-        else
-            fill_input(b->data, b->bytes, t->dtype, r, &state, raw);
+        else /* an input, possibly one that an output aliases */
+            fill_input(b->data, b->bytes, dtype, r, &state, raw);
     }
     return 1;
 }
