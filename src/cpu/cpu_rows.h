@@ -129,12 +129,15 @@ CPU_INLINE void cpu_store_row(void *dst, fusednorm_dtype t, const float *restric
  * enough to hide latency. Double sums were measured here and cost about 3x the
  * arithmetic of this loop (conversions plus half-width vectors), which made
  * the row kernels compute-bound, so fp32 it is. The per-element work
- * (h - mean) is fp32 as in every backend.
+ * (h - mean) is fp32 as in every backend. LayerNorm's variance is two-pass
+ * around the mean (accurate when |mean| >> std).
  *
- * The first sum is taken while the row is loaded (sum of h for LayerNorm, sum
- * of h^2 for RMSNorm), so RMSNorm reads its scratch row once more (to
- * normalize) and LayerNorm twice (two-pass variance around the mean, which
- * stays accurate when |mean| >> std). */
+ * The sums run over the fp32 scratch row (in L1/L2) after a plain load loop:
+ * fused into the load, the dtype conversion and the lanes did not vectorize.
+ * While they run, they prefetch the next row's inputs: the hardware
+ * prefetcher stops at every 4 KiB page, so one thread streaming rows
+ * otherwise waits a full memory latency each page. (Prefetches never fault,
+ * so the address past the last row is harmless.) */
 #define CPU_LANES 16
 
 CPU_INLINE float cpu_lanes_total(const float *acc)
@@ -145,69 +148,71 @@ CPU_INLINE float cpu_lanes_total(const float *acc)
     return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
-#define CPU_SUM_BODY(LOAD, ACCUMULATE_INTO_DST, SQUARES, I, K)                                                        \
-    {                                                                                                                 \
-        float v = ACCUMULATE_INTO_DST ? dst[I] + LOAD(p, I) : LOAD(p, I);                                             \
-        dst[I] = v;                                                                                                   \
-        acc[K] += SQUARES ? v * v : v;                                                                                \
-    }
-#define CPU_SUM_LOOP(LOAD, ACCUMULATE_INTO_DST, SQUARES)                                                              \
-    {                                                                                                                 \
-        int64_t i = 0;                                                                                                \
-        for (; i + CPU_LANES <= n; i += CPU_LANES)                                                                    \
-            for (int k = 0; k < CPU_LANES; k++) CPU_SUM_BODY(LOAD, ACCUMULATE_INTO_DST, SQUARES, i + k, k)            \
-        for (int k = 0; i + k < n; k++) CPU_SUM_BODY(LOAD, ACCUMULATE_INTO_DST, SQUARES, i + k, k)                    \
-    }
-#define CPU_SUM_LOOPS(LOAD, ACCUMULATE_INTO_DST)                                                                      \
-    if (squares)                                                                                                      \
-        CPU_SUM_LOOP(LOAD, ACCUMULATE_INTO_DST, 1)                                                                    \
-    else                                                                                                              \
-        CPU_SUM_LOOP(LOAD, ACCUMULATE_INTO_DST, 0)
+/* Next-row inputs to prefetch while a row is in scratch: up to two streams,
+ * each a base pointer (NULL: none) and its element size. */
+typedef struct cpu_prefetch {
+    const unsigned char *a, *b;
+    int64_t a_es, b_es;
+} cpu_prefetch;
 
-/* dst[i] = src[i] (or dst[i] + src[i] when accumulate); returns the sum of the
- * new dst[i] (or of their squares when squares). */
-CPU_INLINE float cpu_load_row_sum(float *restrict dst, const void *src, fusednorm_dtype t, int64_t n,
-                                     int accumulate, int squares)
+CPU_INLINE void cpu_prefetch_block(const cpu_prefetch *pf, int64_t i)
 {
-    const unsigned char *p = (const unsigned char *)src;
-    float acc[CPU_LANES] = {0};
-    if (accumulate) {
-        switch (t) {
-        case FUSEDNORM_BF16: CPU_SUM_LOOPS(cpu_ld_bf16, 1) break;
-        case FUSEDNORM_F16: CPU_SUM_LOOPS(cpu_ld_f16, 1) break;
-        default: CPU_SUM_LOOPS(cpu_ld_f32, 1) break;
+    /* One line per stream per CPU_LANES block covers a 4-byte stream fully
+     * (16 floats = 64 bytes) and a 2-byte one twice over. */
+    if (pf->a) __builtin_prefetch(pf->a + i * pf->a_es, 0, 3);
+    if (pf->b) __builtin_prefetch(pf->b + i * pf->b_es, 0, 3);
+}
+
+/* The CPU_LANES fp32 lanes as four GCC 4-float vectors (lanes 4q..4q+3 in
+ * vector q): the vectorizer left the equivalent array loops scalar, and one
+ * 16-float vector went through the stack. 4-float vectors are native to SSE
+ * and AVX2 alike; they are only ever locals. */
+typedef float cpu_v4 __attribute__((vector_size(16)));
+
+CPU_INLINE cpu_v4 cpu_v4_load(const float *p)
+{
+    cpu_v4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+CPU_INLINE void cpu_v4_store(float *p, cpu_v4 v) { memcpy(p, &v, sizeof v); }
+
+/* sum of h[i] (squares: of (h[i] - shift)^2). */
+CPU_INLINE float cpu_sum_row(const float *restrict h, int64_t n, int squares, float shift, const cpu_prefetch *pf)
+{
+    cpu_v4 acc4[4] = {{0}, {0}, {0}, {0}};
+    float acc[CPU_LANES];
+    int64_t i = 0;
+    if (squares) {
+        for (; i + CPU_LANES <= n; i += CPU_LANES) {
+            cpu_prefetch_block(pf, i);
+            for (int q = 0; q < 4; q++) {
+                cpu_v4 d = cpu_v4_load(h + i + 4 * q) - shift;
+                acc4[q] += d * d;
+            }
         }
     } else {
-        switch (t) {
-        case FUSEDNORM_BF16: CPU_SUM_LOOPS(cpu_ld_bf16, 0) break;
-        case FUSEDNORM_F16: CPU_SUM_LOOPS(cpu_ld_f16, 0) break;
-        default: CPU_SUM_LOOPS(cpu_ld_f32, 0) break;
+        for (; i + CPU_LANES <= n; i += CPU_LANES) {
+            cpu_prefetch_block(pf, i);
+            for (int q = 0; q < 4; q++) acc4[q] += cpu_v4_load(h + i + 4 * q);
         }
+    }
+    for (int q = 0; q < 4; q++) cpu_v4_store(acc + 4 * q, acc4[q]);
+    for (int k = 0; i + k < n; k++) {
+        float d = h[i + k] - shift;
+        acc[k] += squares ? d * d : h[i + k];
     }
     return cpu_lanes_total(acc);
 }
 
-/* mean and rstd from the first sum (see above) and, for LayerNorm, a second
- * pass over the row. */
-CPU_INLINE void cpu_row_stats(const float *restrict h, int64_t n, int layernorm, float first_sum, float eps,
-                                 float *mean_out, float *rstd_out)
+/* mean and rstd of one fp32 row (mean 0 for RMSNorm). */
+CPU_INLINE void cpu_row_stats(const float *restrict h, int64_t n, int layernorm, float eps, const cpu_prefetch *pf,
+                              float *mean_out, float *rstd_out)
 {
-    float mean = 0.0f, sum_sq = first_sum, count = (float)n;
-    if (layernorm) {
-        mean = first_sum / count;
-        float acc[CPU_LANES] = {0};
-        int64_t i = 0;
-        for (; i + CPU_LANES <= n; i += CPU_LANES)
-            for (int k = 0; k < CPU_LANES; k++) {
-                float d = h[i + k] - mean;
-                acc[k] += d * d;
-            }
-        for (int k = 0; i + k < n; k++) {
-            float d = h[i + k] - mean;
-            acc[k] += d * d;
-        }
-        sum_sq = cpu_lanes_total(acc);
-    }
+    static const cpu_prefetch none = {0, 0, 0, 0};
+    float count = (float)n, mean = 0.0f;
+    if (layernorm) mean = cpu_sum_row(h, n, 0, 0.0f, pf) / count;
+    float sum_sq = cpu_sum_row(h, n, 1, mean, layernorm ? &none : pf);
     *mean_out = mean;
     *rstd_out = 1.0f / sqrtf(sum_sq / count + eps);
 }

@@ -138,17 +138,14 @@ CPU_ROW_KERNEL static void fwd_row(const fusednorm_fwd_args *a, int64_t r, float
 {
     int64_t n = a->cols;
     int layernorm = a->norm == FUSEDNORM_LAYERNORM;
-    float first_sum;
-    if (a->residual.data) {
-        cpu_load_row(h, row_in(&a->x, r), a->x.dtype, n);
-        first_sum = cpu_load_row_sum(h, row_in(&a->residual, r), a->residual.dtype, n, 1, !layernorm);
-    } else {
-        first_sum = cpu_load_row_sum(h, row_in(&a->x, r), a->x.dtype, n, 0, !layernorm);
-    }
+    cpu_load_row(h, row_in(&a->x, r), a->x.dtype, n);
+    if (a->residual.data) cpu_add_row(h, row_in(&a->residual, r), a->residual.dtype, n);
+    cpu_prefetch pf = {row_in(&a->x, r + 1), a->residual.data ? row_in(&a->residual, r + 1) : NULL,
+                       (int64_t)fn_dtype_size(a->x.dtype), (int64_t)fn_dtype_size(a->residual.dtype)};
     if (stream_residual_out) cpu_stream_row(row_out(&a->residual_out, r), a->residual_out.dtype, h, n);
     else if (a->residual_out.data) cpu_store_row(row_out(&a->residual_out, r), a->residual_out.dtype, h, n);
     float mean, rstd;
-    cpu_row_stats(h, n, layernorm, first_sum, a->eps, &mean, &rstd);
+    cpu_row_stats(h, n, layernorm, a->eps, &pf, &mean, &rstd);
     if (a->rstd) a->rstd[r] = rstd;
     if (a->mean) a->mean[r] = mean;
     if (stream_y) {
@@ -245,9 +242,26 @@ fusednorm_status fn_cpu_bwd_workspace_size(const fusednorm_bwd_args *a, size_t *
     }
 #define BWD_SUM_LOOP(LAYERNORM, WITH_DW, WITH_DB)                                                                     \
     {                                                                                                                 \
+        cpu_v4 v_xg[4] = {{0}, {0}, {0}, {0}}, v_g[4] = {{0}, {0}, {0}, {0}};                                         \
         int64_t i = 0;                                                                                                \
-        for (; i + CPU_LANES <= n; i += CPU_LANES)                                                                    \
-            for (int k = 0; k < CPU_LANES; k++) BWD_SUM_BODY(LAYERNORM, WITH_DW, WITH_DB, i + k, k)                   \
+        for (; i + CPU_LANES <= n; i += CPU_LANES) {                                                                  \
+            cpu_prefetch_block(&pf, i);                                                                               \
+            for (int q = 0; q < 4; q++) {                                                                             \
+                int64_t j = i + 4 * q;                                                                                \
+                cpu_v4 xhat = (cpu_v4_load(xs + j) - mean) * rstd;                                                    \
+                cpu_v4 dyv = cpu_v4_load(gs + j);                                                                     \
+                cpu_v4 g = dyv * cpu_v4_load(wf + j);                                                                 \
+                cpu_v4_store(xs + j, xhat);                                                                           \
+                v_xg[q] += xhat * g;                                                                                  \
+                if (LAYERNORM) v_g[q] += g;                                                                           \
+                if (WITH_DW) cpu_v4_store(dw_partial + j, cpu_v4_load(dw_partial + j) + dyv * xhat);                  \
+                if (WITH_DB) cpu_v4_store(db_partial + j, cpu_v4_load(db_partial + j) + dyv);                         \
+            }                                                                                                         \
+        }                                                                                                             \
+        for (int q = 0; q < 4; q++) {                                                                                 \
+            cpu_v4_store(acc_xg + 4 * q, v_xg[q]);                                                                    \
+            cpu_v4_store(acc_g + 4 * q, v_g[q]);                                                                      \
+        }                                                                                                             \
         for (int k = 0; i + k < n; k++) BWD_SUM_BODY(LAYERNORM, WITH_DW, WITH_DB, i + k, k)                           \
     }
 
@@ -264,18 +278,20 @@ CPU_ROW_KERNEL static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float
     int64_t n = a->cols;
     int layernorm = a->norm == FUSEDNORM_LAYERNORM;
     float mean, rstd;
+    cpu_load_row(xs, row_in(&a->x, r), a->x.dtype, n);
+    cpu_load_row(gs, row_in(&a->dy, r), a->dy.dtype, n);
+    cpu_prefetch pf = {row_in(&a->x, r + 1), row_in(&a->dy, r + 1), (int64_t)fn_dtype_size(a->x.dtype),
+                       (int64_t)fn_dtype_size(a->dy.dtype)};
     if (a->rstd) {
-        cpu_load_row(xs, row_in(&a->x, r), a->x.dtype, n);
         rstd = a->rstd[r];
         mean = a->mean ? a->mean[r] : 0.0f;
     } else {
-        float first_sum = cpu_load_row_sum(xs, row_in(&a->x, r), a->x.dtype, n, 0, !layernorm);
-        cpu_row_stats(xs, n, layernorm, first_sum, a->eps, &mean, &rstd);
+        static const cpu_prefetch none = {0, 0, 0, 0};
+        cpu_row_stats(xs, n, layernorm, a->eps, &none, &mean, &rstd);
     }
-    cpu_load_row(gs, row_in(&a->dy, r), a->dy.dtype, n);
 
     /* x_hat in place of x; the row sums; this row's dweight/dbias terms. */
-    float acc_xg[CPU_LANES] = {0}, acc_g[CPU_LANES] = {0};
+    float acc_xg[CPU_LANES], acc_g[CPU_LANES];
     if (layernorm) {
         if (dw_partial && db_partial) BWD_SUM_LOOP(1, 1, 1)
         else if (dw_partial) BWD_SUM_LOOP(1, 1, 0)
