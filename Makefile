@@ -45,12 +45,15 @@ run: build
 	./$(BUILD)/fusednorm run
 
 # Sub-makes rather than prerequisites: the stages run in this order even
-# under make -j, and pytest's summary stays the last line.
+# under make -j. Every stage runs even when an earlier one fails (one CI run
+# shows every failure); pytest's summary is the last line unless a stage
+# failed, in which case the failed stages are named last and make fails.
 test: build
-	@$(MAKE) --no-print-directory test-c
-	@$(MAKE) --no-print-directory test-asan
-	@$(MAKE) --no-print-directory fuzz
-	@$(MAKE) --no-print-directory test-python
+	@failed=""; \
+	for stage in test-c test-asan fuzz test-python; do \
+	  $(MAKE) --no-print-directory $$stage || failed="$$failed $$stage"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi
 
 test-c: build
 	@echo "== C tests (ctest, $(BUILD)/)"
