@@ -222,55 +222,29 @@ CPU_INLINE void cpu_row_stats(const float *restrict h, int64_t n, int layernorm,
  * reads the destination line (read-for-ownership), so a row written the
  * ordinary way costs its bytes twice; the copy bandwidth we are measured
  * against (memcpy) streams too. Only for outputs far larger than the caches
- * (the caller decides), since streamed lines are not left in cache. fp16 has
- * no fast path and uses ordinary stores. The caller issues cpu_stream_fence()
- * before its threads finish. */
-#if defined(__SSE4_1__)
-#include <immintrin.h>
+ * (the caller decides), since streamed lines are not left in cache. The row
+ * is first converted into an fp32-sized scratch row by the ordinary
+ * (vectorized, bit-exact) store loops, then copied out here; the copy is a
+ * pass over L1 only. The caller issues cpu_stream_fence() before its threads
+ * finish. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
 #define CPU_HAVE_STREAM 1
-
-/* Four floats to bf16 as in cpu_f32_to_bf16, in the low halves of 32-bit lanes
- * (arithmetic shift: the value then packs exactly with signed saturation). */
-CPU_INLINE __m128i cpu_bf16x4(__m128 f)
+CPU_INLINE void cpu_stream_copy(void *dst, const void *src, size_t bytes)
 {
-    __m128i u = _mm_castps_si128(f);
-    __m128i lsb = _mm_and_si128(_mm_srli_epi32(u, 16), _mm_set1_epi32(1));
-    __m128i rounded = _mm_add_epi32(_mm_add_epi32(u, _mm_set1_epi32(0x7fff)), lsb);
-    __m128i magnitude = _mm_and_si128(u, _mm_set1_epi32(0x7fffffff));
-    __m128i is_nan = _mm_cmpgt_epi32(magnitude, _mm_set1_epi32(0x7f800000));
-    __m128i quiet = _mm_or_si128(u, _mm_set1_epi32(0x00400000));
-    return _mm_srai_epi32(_mm_blendv_epi8(rounded, quiet, is_nan), 16);
-}
-
-CPU_INLINE void cpu_stream_row(void *dst, fusednorm_dtype t, const float *restrict src, int64_t n)
-{
-    unsigned char *p = (unsigned char *)dst;
-    size_t es = t == FUSEDNORM_F32 ? 4 : 2;
-    if (t == FUSEDNORM_F16 || ((uintptr_t)p & (es - 1)) != 0) {
-        cpu_store_row(dst, t, src, n);
-        return;
-    }
-    int64_t head = (int64_t)(((16 - ((uintptr_t)p & 15)) & 15) / es);
-    if (head > n) head = n;
-    cpu_store_row(p, t, src, head);
-    int64_t i = head;
-    if (t == FUSEDNORM_F32) {
-        for (; i + 4 <= n; i += 4) _mm_stream_ps((float *)(void *)(p + 4 * i), _mm_loadu_ps(src + i));
-    } else {
-        for (; i + 8 <= n; i += 8) {
-            __m128i lo = cpu_bf16x4(_mm_loadu_ps(src + i)), hi = cpu_bf16x4(_mm_loadu_ps(src + i + 4));
-            _mm_stream_si128((__m128i *)(void *)(p + 2 * i), _mm_packs_epi32(lo, hi));
-        }
-    }
-    cpu_store_row(p + (size_t)i * es, t, src + i, n - i);
+    unsigned char *d = (unsigned char *)dst;
+    const unsigned char *s = (const unsigned char *)src;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (head > bytes) head = bytes;
+    memcpy(d, s, head);
+    size_t i = head;
+    for (; i + 16 <= bytes; i += 16) _mm_stream_si128((__m128i *)(void *)(d + i), _mm_loadu_si128((const __m128i *)(const void *)(s + i)));
+    memcpy(d + i, s + i, bytes - i);
 }
 CPU_INLINE void cpu_stream_fence(void) { _mm_sfence(); }
 #else
 #define CPU_HAVE_STREAM 0
-CPU_INLINE void cpu_stream_row(void *dst, fusednorm_dtype t, const float *restrict src, int64_t n)
-{
-    cpu_store_row(dst, t, src, n);
-}
+CPU_INLINE void cpu_stream_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 CPU_INLINE void cpu_stream_fence(void) {}
 #endif
 

@@ -44,7 +44,9 @@
 /* Outputs at least this large are written with streaming stores (see
  * cpu_rows.h): far beyond the caches, where their lines would not survive
  * until the next op reads them anyway. */
+#ifndef CPU_STREAM_MIN_BYTES /* overridable for experiments */
 #define CPU_STREAM_MIN_BYTES ((int64_t)32 << 20)
+#endif
 
 /* The row kernels are built twice, for x86-64-v2 (the library's baseline)
  * and for AVX2 (8-lane vectors: the bf16 conversions and row sums are
@@ -82,6 +84,15 @@ static float *alloc_rows(int64_t cols, int64_t shared_rows, int64_t per_thread, 
     if (stride > (int64_t)(SIZE_MAX / sizeof(float)) / nrows) return NULL;
     size_t bytes = (size_t)stride * (size_t)nrows * sizeof(float);
     return (float *)aligned_alloc(CPU_ALIGN, bytes);
+}
+
+/* Rows a thread takes at a time when rows are handed out dynamically: about
+ * 64K elements, so that a thread the OS preempts (a busy machine) holds up
+ * only that much work instead of its whole static share. */
+static int64_t rows_per_grab(int64_t cols)
+{
+    int64_t g = ((int64_t)1 << 16) / cols;
+    return g < 1 ? 1 : g;
 }
 
 static int thread_count(int64_t rows, int64_t cols)
@@ -133,8 +144,8 @@ CPU_INLINE void fwd_normalize_store(void *y, fusednorm_dtype t, const float *res
     }
 }
 
-CPU_ROW_KERNEL static void fwd_row(const fusednorm_fwd_args *a, int64_t r, float *restrict h, const float *restrict wf,
-                    const float *restrict bf, int stream_y, int stream_residual_out)
+CPU_ROW_KERNEL static void fwd_row(const fusednorm_fwd_args *a, int64_t r, float *restrict h, float *restrict out,
+                    const float *restrict wf, const float *restrict bf, int stream_y, int stream_residual_out)
 {
     int64_t n = a->cols;
     int layernorm = a->norm == FUSEDNORM_LAYERNORM;
@@ -142,18 +153,18 @@ CPU_ROW_KERNEL static void fwd_row(const fusednorm_fwd_args *a, int64_t r, float
     if (a->residual.data) cpu_add_row(h, row_in(&a->residual, r), a->residual.dtype, n);
     cpu_prefetch pf = {row_in(&a->x, r + 1), a->residual.data ? row_in(&a->residual, r + 1) : NULL,
                        (int64_t)fn_dtype_size(a->x.dtype), (int64_t)fn_dtype_size(a->residual.dtype)};
-    if (stream_residual_out) cpu_stream_row(row_out(&a->residual_out, r), a->residual_out.dtype, h, n);
+    if (stream_residual_out) {
+        cpu_store_row(out, a->residual_out.dtype, h, n);
+        cpu_stream_copy(row_out(&a->residual_out, r), out, (size_t)n * fn_dtype_size(a->residual_out.dtype));
+    }
     else if (a->residual_out.data) cpu_store_row(row_out(&a->residual_out, r), a->residual_out.dtype, h, n);
     float mean, rstd;
     cpu_row_stats(h, n, layernorm, a->eps, &pf, &mean, &rstd);
     if (a->rstd) a->rstd[r] = rstd;
     if (a->mean) a->mean[r] = mean;
     if (stream_y) {
-        if (bf)
-            for (int64_t i = 0; i < n; i++) h[i] = ((h[i] - mean) * rstd) * wf[i] + bf[i];
-        else
-            for (int64_t i = 0; i < n; i++) h[i] = ((h[i] - mean) * rstd) * wf[i];
-        cpu_stream_row(row_out(&a->y, r), a->y.dtype, h, n);
+        fwd_normalize_store(out, a->y.dtype, h, wf, bf, mean, rstd, n);
+        cpu_stream_copy(row_out(&a->y, r), out, (size_t)n * fn_dtype_size(a->y.dtype));
     } else {
         fwd_normalize_store(row_out(&a->y, r), a->y.dtype, h, wf, bf, mean, rstd, n);
     }
@@ -165,22 +176,23 @@ fusednorm_status fn_cpu_fwd(const fusednorm_fwd_args *a)
     int threads = thread_count(rows, cols);
     int have_bias = a->bias.data != NULL;
     /* Shared rows: weight (+ offset) and bias in fp32; one h row per thread. */
-    float *scratch = alloc_rows(cols, 1 + have_bias, 1, threads);
+    float *scratch = alloc_rows(cols, 1 + have_bias, 2, threads);
     if (!scratch)
         return fn_error(FUSEDNORM_ERROR_OUT_OF_MEMORY, "fusednorm_fwd: cannot allocate CPU scratch for %d rows of %lld",
-                        threads + 1 + have_bias, (long long)cols);
+                        2 * threads + 1 + have_bias, (long long)cols);
     float *wf = scratch, *bf = have_bias ? scratch + stride : NULL;
     float *thread_rows = scratch + (1 + have_bias) * stride;
     prepare_weight(wf, &a->weight, a->weight_offset, cols);
     if (bf) cpu_load_row(bf, a->bias.data, a->bias.dtype, cols);
 
     int stream_y = stream_output(&a->y, rows, cols);
+    int64_t grab = rows_per_grab(cols);
     int stream_residual_out = stream_output(&a->residual_out, rows, cols);
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        float *h = thread_rows + (int64_t)omp_get_thread_num() * stride;
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) fwd_row(a, r, h, wf, bf, stream_y, stream_residual_out);
+        float *h = thread_rows + 2 * (int64_t)omp_get_thread_num() * stride, *out = h + stride;
+#pragma omp for schedule(dynamic, grab)
+        for (int64_t r = 0; r < rows; r++) fwd_row(a, r, h, out, wf, bf, stream_y, stream_residual_out);
         cpu_stream_fence();
     }
     free(scratch);
@@ -318,8 +330,13 @@ CPU_ROW_KERNEL static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float
     for (int64_t i = 0; i < n; i++) gs[i] = BWD_DH(i);
     if (a->dresidual_out.data) cpu_add_row(gs, row_in(&a->dresidual_out, r), a->dresidual_out.dtype, n);
     if (stream) {
-        cpu_stream_row(row_out(&a->dx, r), a->dx.dtype, gs, n);
-        if (a->dresidual.data) cpu_stream_row(row_out(&a->dresidual, r), a->dresidual.dtype, gs, n);
+        /* xs is free now: it holds each output's converted bytes in turn. */
+        cpu_store_row(xs, a->dx.dtype, gs, n);
+        cpu_stream_copy(row_out(&a->dx, r), xs, (size_t)n * fn_dtype_size(a->dx.dtype));
+        if (a->dresidual.data) {
+            cpu_store_row(xs, a->dresidual.dtype, gs, n);
+            cpu_stream_copy(row_out(&a->dresidual, r), xs, (size_t)n * fn_dtype_size(a->dresidual.dtype));
+        }
     } else {
         cpu_store_row(row_out(&a->dx, r), a->dx.dtype, gs, n);
         if (a->dresidual.data) cpu_store_row(row_out(&a->dresidual, r), a->dresidual.dtype, gs, n);
@@ -391,12 +408,13 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
      * the plan's chunks, whatever thread runs each one. */
     int64_t chunks = plan.chunks > 0 ? plan.chunks : 1;
     int stream = stream_output(&a->dx, rows, cols);
+    int64_t grab = rows_per_grab(cols);
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         float *xs = thread_rows + 2 * (int64_t)omp_get_thread_num() * stride;
         float *gs = xs + stride;
         if (plan.chunks == 0) {
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, grab)
             for (int64_t r = 0; r < rows; r++) bwd_row(a, r, xs, gs, wf, NULL, NULL, stream);
         } else {
 #pragma omp for schedule(dynamic, 1)
