@@ -33,8 +33,9 @@ _EMPTY_SHAPE = (0,)
 # allocators that poison memory (NaN) and show any element left unwritten.
 _empty = torch.empty
 _empty_like = torch.empty_like
-_FwdArgs = _lib.FwdArgs
-_BwdArgs = _lib.BwdArgs
+_fwd_pack = _lib.FWD_FORMAT.pack
+_bwd_pack = _lib.BWD_FORMAT.pack
+_CPU, _CUDA, _LAYERNORM = _lib.CPU, _lib.CUDA, _lib.LAYERNORM
 _c_fwd = _lib.fwd
 _c_bwd = _lib.bwd
 _c_ws = _lib.bwd_workspace_size
@@ -71,13 +72,12 @@ def _new_rows(like, dtype):
     return _empty_like(like, dtype=dtype, memory_format=torch.contiguous_format)
 
 
-def _place(args, device):
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        args.backend = _lib.CUDA
-        args.device = index
-        args.stream = _raw_stream(index)
-    # CPU: zero-initialized fields already mean backend CPU.
+def _where(t):
+    """(backend, device, stream) for a call on t's device: torch's current stream there."""
+    if t.is_cuda:
+        index = t.get_device()
+        return _CUDA, index, _raw_stream(index)
+    return _CPU, 0, 0
 
 
 def _fwd_impl(x, weight, bias, residual, norm, eps, weight_offset, out_dtype, residual_dtype,
@@ -87,52 +87,43 @@ def _fwd_impl(x, weight, bias, residual, norm, eps, weight_offset, out_dtype, re
     rows = x.numel() // cols
     x2, x_stride = _rows(x, cols)
     y = _new_rows(x, out_dtype if out_dtype is not None else x.dtype)
-    a = _FwdArgs()
-    a.norm = norm
-    a.rows = rows
-    a.cols = cols
-    a.eps = eps
-    a.weight_offset = weight_offset
-    ct = a.x
-    ct.data = x2.data_ptr()
-    ct.dtype = DTYPE_CODE[x.dtype]
-    ct.row_stride = x_stride
-    ct = a.y
-    ct.data = y.data_ptr()
-    ct.dtype = DTYPE_CODE[y.dtype]
     residual_out = rstd = mean = None
+    r_ptr = r_dt = r_stride = ro_ptr = ro_dt = 0
+    w_ptr = w_dt = b_ptr = b_dt = rstd_ptr = mean_ptr = 0
     if residual is not None:
         r2, r_stride = _rows(residual, cols)
-        ct = a.residual
-        ct.data = r2.data_ptr()
-        ct.dtype = DTYPE_CODE[residual.dtype]
-        ct.row_stride = r_stride
+        r_ptr = r2.data_ptr()
+        r_dt = DTYPE_CODE[residual.dtype]
         if store_residual_out:
             residual_out = _new_rows(x, residual_dtype if residual_dtype is not None else residual.dtype)
-            ct = a.residual_out
-            ct.data = residual_out.data_ptr()
-            ct.dtype = DTYPE_CODE[residual_out.dtype]
+            ro_ptr = residual_out.data_ptr()
+            ro_dt = DTYPE_CODE[residual_out.dtype]
     if weight is not None:
         if not weight.is_contiguous():
             weight = weight.contiguous()
-        ct = a.weight
-        ct.data = weight.data_ptr()
-        ct.dtype = DTYPE_CODE[weight.dtype]
+        w_ptr = weight.data_ptr()
+        w_dt = DTYPE_CODE[weight.dtype]
     if bias is not None:
         if not bias.is_contiguous():
             bias = bias.contiguous()
-        ct = a.bias
-        ct.data = bias.data_ptr()
-        ct.dtype = DTYPE_CODE[bias.dtype]
+        b_ptr = bias.data_ptr()
+        b_dt = DTYPE_CODE[bias.dtype]
     if store_stats:
         rstd = _empty((rows,), dtype=torch.float32, device=x.device)
-        a.rstd = rstd.data_ptr()
-        if norm == _lib.LAYERNORM:
+        rstd_ptr = rstd.data_ptr()
+        if norm == _LAYERNORM:
             mean = _empty((rows,), dtype=torch.float32, device=x.device)
-            a.mean = mean.data_ptr()
+            mean_ptr = mean.data_ptr()
     if rows:  # an empty tensor's data pointer may be NULL, which the C library rejects
-        _place(a, x.device)
-        _c_fwd(a)
+        backend, device, stream = _where(x)
+        _c_fwd(_fwd_pack(norm, rows, cols, eps, weight_offset,
+                         x2.data_ptr(), DTYPE_CODE[x.dtype], x_stride,
+                         r_ptr, r_dt, r_stride,
+                         w_ptr, w_dt, 0,
+                         b_ptr, b_dt, 0,
+                         y.data_ptr(), DTYPE_CODE[y.dtype], 0,
+                         ro_ptr, ro_dt, 0,
+                         rstd_ptr, mean_ptr, backend, device, stream))
     return y, residual_out, rstd, mean
 
 
@@ -141,59 +132,37 @@ def _bwd_impl(dy, x, weight, rstd, mean, dresidual_out, norm, eps, weight_offset
     """Returns (dx, dweight, dbias, dresidual); absent outputs are None."""
     cols = x.shape[-1]
     rows = x.numel() // cols
-    device = x.device
     x2, x_stride = _rows(x, cols)
     dy2, dy_stride = _rows(dy, cols)
     dx = _new_rows(x, dx_dtype)
-    a = _BwdArgs()
-    a.norm = norm
-    a.rows = rows
-    a.cols = cols
-    a.eps = eps
-    a.weight_offset = weight_offset
-    ct = a.dy
-    ct.data = dy2.data_ptr()
-    ct.dtype = DTYPE_CODE[dy.dtype]
-    ct.row_stride = dy_stride
-    ct = a.x
-    ct.data = x2.data_ptr()
-    ct.dtype = DTYPE_CODE[x.dtype]
-    ct.row_stride = x_stride
-    ct = a.dx
-    ct.data = dx.data_ptr()
-    ct.dtype = DTYPE_CODE[dx_dtype]
     dweight = dbias = dresidual = None
+    w_ptr = w_dt = dw_ptr = dw_dt = db_ptr = db_dt = 0
+    dro_ptr = dro_dt = dro_stride = dr_ptr = dr_dt = rstd_ptr = mean_ptr = 0
     if weight is not None:
         if not weight.is_contiguous():
             weight = weight.contiguous()
-        ct = a.weight
-        ct.data = weight.data_ptr()
-        ct.dtype = DTYPE_CODE[weight.dtype]
+        w_ptr = weight.data_ptr()
+        w_dt = DTYPE_CODE[weight.dtype]
         if need_dweight:
             dweight = _empty_like(weight)
-            ct = a.dweight
-            ct.data = dweight.data_ptr()
-            ct.dtype = DTYPE_CODE[weight.dtype]
+            dw_ptr = dweight.data_ptr()
+            dw_dt = w_dt
     if dbias_dtype is not None:
-        dbias = _empty((cols,), dtype=dbias_dtype, device=device)
-        ct = a.dbias
-        ct.data = dbias.data_ptr()
-        ct.dtype = DTYPE_CODE[dbias_dtype]
+        dbias = _empty((cols,), dtype=dbias_dtype, device=x.device)
+        db_ptr = dbias.data_ptr()
+        db_dt = DTYPE_CODE[dbias_dtype]
     if dresidual_out is not None:
-        d2, d_stride = _rows(dresidual_out, cols)
-        ct = a.dresidual_out
-        ct.data = d2.data_ptr()
-        ct.dtype = DTYPE_CODE[dresidual_out.dtype]
-        ct.row_stride = d_stride
+        d2, dro_stride = _rows(dresidual_out, cols)
+        dro_ptr = d2.data_ptr()
+        dro_dt = DTYPE_CODE[dresidual_out.dtype]
     if dresidual_dtype is not None:
         dresidual = _new_rows(x, dresidual_dtype)
-        ct = a.dresidual
-        ct.data = dresidual.data_ptr()
-        ct.dtype = DTYPE_CODE[dresidual_dtype]
+        dr_ptr = dresidual.data_ptr()
+        dr_dt = DTYPE_CODE[dresidual_dtype]
     if rstd is not None:
-        a.rstd = rstd.data_ptr()
+        rstd_ptr = rstd.data_ptr()
         if mean is not None:
-            a.mean = mean.data_ptr()
+            mean_ptr = mean.data_ptr()
     if rows == 0:
         # Nothing to normalize: the weight/bias gradients of zero rows are zero.
         if dweight is not None:
@@ -201,13 +170,23 @@ def _bwd_impl(dy, x, weight, rstd, mean, dresidual_out, norm, eps, weight_offset
         if dbias is not None:
             dbias.zero_()
         return dx, dweight, dbias, dresidual
-    _place(a, device)
-    need = _c_ws(a)
+    backend, device, stream = _where(x)
+    head = (norm, rows, cols, eps, weight_offset, 0,
+            dy2.data_ptr(), DTYPE_CODE[dy.dtype], dy_stride,
+            x2.data_ptr(), DTYPE_CODE[x.dtype], x_stride,
+            w_ptr, w_dt, 0,
+            dro_ptr, dro_dt, dro_stride,
+            rstd_ptr, mean_ptr,
+            dx.data_ptr(), DTYPE_CODE[dx_dtype], 0,
+            dr_ptr, dr_dt, 0,
+            dw_ptr, dw_dt, 0,
+            db_ptr, db_dt, 0)
+    need = _c_ws(_bwd_pack(*head, 0, 0, backend, device, stream))
+    ws_ptr = 0
     if need:
-        ws = _empty((need,), dtype=torch.uint8, device=device)
-        a.workspace = ws.data_ptr()
-        a.workspace_bytes = need
-    _c_bwd(a)
+        ws = _empty((need,), dtype=torch.uint8, device=x.device)
+        ws_ptr = ws.data_ptr()
+    _c_bwd(_bwd_pack(*head, ws_ptr, need, backend, device, stream))
     return dx, dweight, dbias, dresidual
 
 

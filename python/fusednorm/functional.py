@@ -24,6 +24,7 @@ _Tensor = torch.Tensor
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 _SUPPORTED = "torch.float32, torch.float16 or torch.bfloat16"
+_INF = float("inf")
 
 
 def _check_tensor(name, t, fn):
@@ -45,7 +46,26 @@ def _check_device(name, t, x, fn):
 
 
 def _check_inputs(fn, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset):
-    """All the checks of the forward; cheap enough to run on every call."""
+    """All the checks of the forward. The common, valid call is recognized by a
+    few cheap tests; anything else goes through the full checks, which raise
+    with the argument named."""
+    if (isinstance(x, _Tensor) and x.dtype in DTYPE_CODE and x.dim() and x.shape[-1]
+            and (x.is_cuda or x.is_cpu)
+            and (weight is None or (isinstance(weight, _Tensor) and weight.dtype in DTYPE_CODE and weight.dim() == 1
+                                    and weight.shape[0] == x.shape[-1] and weight.device == x.device))
+            and (bias is None or (isinstance(bias, _Tensor) and bias.dtype in DTYPE_CODE and bias.dim() == 1
+                                  and bias.shape[0] == x.shape[-1] and bias.device == x.device))
+            and (residual is None or (isinstance(residual, _Tensor) and residual.dtype in DTYPE_CODE
+                                      and residual.shape == x.shape and residual.device == x.device))
+            and (out_dtype is None or out_dtype in DTYPE_CODE)
+            and (residual_dtype is None or residual_dtype in DTYPE_CODE)
+            and type(eps) is float and 0.0 <= eps < _INF and type(weight_offset) is float
+            and -_INF < weight_offset < _INF):
+        return
+    _check_inputs_fully(fn, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset)
+
+
+def _check_inputs_fully(fn, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset):
     _check_tensor("x", x, fn)
     if x.dim() == 0:
         raise ValueError(f"{fn}: x must have at least one dimension (the normalized one), got a 0-d tensor")
@@ -134,10 +154,13 @@ def layernorm(x, weight=None, bias=None, residual=None, out_dtype=None, residual
 
 def _fwd_explicit(fn, norm, x, weight, bias, residual, out_dtype, residual_dtype, eps, store_rstd, weight_offset):
     _check_inputs(fn, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset)
-    op = fwd_op if _is_compiling() else _fwd_impl
-    with torch.no_grad():
-        y, residual_out, rstd, mean = op(x, weight, bias, residual, norm, float(eps), float(weight_offset),
-                                         out_dtype, residual_dtype, residual is not None, bool(store_rstd))
+    args = (x, weight, bias, residual, norm, float(eps), float(weight_offset), out_dtype, residual_dtype,
+            residual is not None, bool(store_rstd))
+    if _is_compiling():
+        with torch.no_grad():  # explicit pair: no autograd through the op
+            y, residual_out, rstd, mean = fwd_op(*args)
+    else:
+        y, residual_out, rstd, mean = _fwd_impl(*args)
     if residual is None:
         residual_out = None
     if not store_rstd:
@@ -190,17 +213,20 @@ def _bwd_explicit(fn, norm, x, weight, dout, rstd, mean, dresidual_out, has_bias
         _check_device("dresidual_out", dresidual_out, x, fn)
     _check_dtype_arg("dx_dtype", dx_dtype, fn)
     dx_dtype = dx_dtype if dx_dtype is not None else x.dtype
-    if rstd is not None:
+    if rstd is not None and not rstd.is_contiguous():
         rstd = rstd.contiguous()
-    if mean is not None:
+    if mean is not None and not mean.is_contiguous():
         mean = mean.contiguous()
-    op = bwd_op if _is_compiling() else _bwd_impl
     dres_dtype = residual_dtype if residual_dtype is not None else x.dtype
     separate = has_residual and dres_dtype != dx_dtype
-    with torch.no_grad():
-        dx, dw, db, dres = op(dout, x, weight, rstd, mean, dresidual_out, norm, float(eps), float(weight_offset),
-                              dx_dtype, dres_dtype if separate else None, weight is not None,
-                              (weight.dtype if weight is not None else x.dtype) if has_bias else None)
+    args = (dout, x, weight, rstd, mean, dresidual_out, norm, float(eps), float(weight_offset), dx_dtype,
+            dres_dtype if separate else None, weight is not None,
+            (weight.dtype if weight is not None else x.dtype) if has_bias else None)
+    if _is_compiling():
+        with torch.no_grad():  # explicit pair: no autograd through the op
+            dx, dw, db, dres = bwd_op(*args)
+    else:  # raw pointers in, fresh tensors out: nothing for autograd to record
+        dx, dw, db, dres = _bwd_impl(*args)
     return (dx, dw if weight is not None else None, db if has_bias else None,
             (dres if separate else dx) if has_residual else None)
 
