@@ -9,6 +9,14 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+/* The library is built with hidden visibility (internal fn_* symbols stay
+ * private); the public API is exported explicitly. */
+#if defined(__GNUC__)
+#define FN_EXPORT __attribute__((visibility("default")))
+#else
+#define FN_EXPORT
+#endif
+
 /* One list: code, string. Adding a status means adding one line here. */
 #define FN_STATUS_LIST(X)                                                        \
     X(FUSEDNORM_OK, "ok")                                                        \
@@ -18,7 +26,7 @@
     X(FUSEDNORM_ERROR_DEVICE, "CUDA runtime error")                              \
     X(FUSEDNORM_ERROR_OUT_OF_MEMORY, "out of memory")
 
-const char *fusednorm_status_string(fusednorm_status status)
+FN_EXPORT const char *fusednorm_status_string(fusednorm_status status)
 {
     switch (status) {
 #define FN_STATUS_CASE(code, text) case code: return text;
@@ -30,7 +38,7 @@ const char *fusednorm_status_string(fusednorm_status status)
 
 static _Thread_local char fn_last_error[512];
 
-const char *fusednorm_last_error(void) { return fn_last_error; }
+FN_EXPORT const char *fusednorm_last_error(void) { return fn_last_error; }
 
 fusednorm_status fn_error(fusednorm_status status, const char *fmt, ...)
 {
@@ -41,24 +49,24 @@ fusednorm_status fn_error(fusednorm_status status, const char *fmt, ...)
     return status;
 }
 
-int fusednorm_version(void)
+FN_EXPORT int fusednorm_version(void)
 {
     return FUSEDNORM_VERSION_MAJOR * 10000 + FUSEDNORM_VERSION_MINOR * 100 + FUSEDNORM_VERSION_PATCH;
 }
 
-int fusednorm_cuda_available(void) { return fn_cuda_available(); }
+FN_EXPORT int fusednorm_cuda_available(void) { return fn_cuda_available(); }
 
-fusednorm_status fusednorm_fwd(const fusednorm_fwd_args *args)
+FN_EXPORT fusednorm_status fusednorm_fwd(const fusednorm_fwd_args *args)
 {
     if (!args) return fn_error(FUSEDNORM_ERROR_INVALID_ARGUMENT, "fusednorm_fwd: args is NULL");
     fusednorm_fwd_args a = fn_resolve_fwd(args);
     fusednorm_status s = fn_validate_fwd(&a, "fusednorm_fwd");
     if (s != FUSEDNORM_OK) return s;
-    if (a.rows == 0) return FUSEDNORM_OK;
-    return a.backend == FUSEDNORM_CUDA ? fn_cuda_fwd(&a) : fn_cpu_fwd(&a);
+    if (a.backend == FUSEDNORM_CUDA) return fn_cuda_fwd(&a); /* rows == 0: still says whether CUDA is there */
+    return a.rows == 0 ? FUSEDNORM_OK : fn_cpu_fwd(&a);
 }
 
-fusednorm_status fusednorm_bwd_workspace_size(const fusednorm_bwd_args *args, size_t *bytes)
+FN_EXPORT fusednorm_status fusednorm_bwd_workspace_size(const fusednorm_bwd_args *args, size_t *bytes)
 {
     if (!args) return fn_error(FUSEDNORM_ERROR_INVALID_ARGUMENT, "fusednorm_bwd_workspace_size: args is NULL");
     if (!bytes) return fn_error(FUSEDNORM_ERROR_INVALID_ARGUMENT, "fusednorm_bwd_workspace_size: bytes is NULL");
@@ -69,7 +77,7 @@ fusednorm_status fusednorm_bwd_workspace_size(const fusednorm_bwd_args *args, si
                                        : fn_cpu_bwd_workspace_size(&a, bytes);
 }
 
-fusednorm_status fusednorm_bwd(const fusednorm_bwd_args *args)
+FN_EXPORT fusednorm_status fusednorm_bwd(const fusednorm_bwd_args *args)
 {
     if (!args) return fn_error(FUSEDNORM_ERROR_INVALID_ARGUMENT, "fusednorm_bwd: args is NULL");
     fusednorm_bwd_args a = fn_resolve_bwd(args);

@@ -120,7 +120,7 @@ static fusednorm_status unsupported_mix(const char *fn, const char *what, const 
                             fn_dtype_name(ts[i]->dtype));
     if (len == 0) buf[0] = 0;
     return fn_error(FUSEDNORM_ERROR_UNSUPPORTED,
-                    "%s: dtype mix not supported on CUDA: %s (%s) with x=%s; each must be x's dtype or f32, "
+                    "%s: dtype mix not supported on CUDA: %s (%s) with activations %s; each must be the activation dtype or f32, "
                     "and one dtype for the group",
                     fn, what, buf, fn_dtype_name(act));
 }
@@ -144,7 +144,7 @@ static int vector_vec_ok(const void *p) { return !p || aligned16(p); }
 static fusednorm_status max_active(int device, int is_bwd, const void *params, const fn_plan *pl, const char *fn,
                                    int *active)
 {
-    const int dt_x = is_bwd ? ((const fn_bwd_params *)params)->dt_x : ((const fn_fwd_params *)params)->dt_x;
+    const int dt_x = is_bwd ? ((const fn_bwd_params *)params)->dt_dx : ((const fn_fwd_params *)params)->dt_x;
     const int two_pass = pl->path == FN_PATH_TWO_PASS;
     occ_entry key = {1, device, is_bwd, dt_x, pl->vec, pl->ept, pl->threads, pl->cluster, pl->rows_per_block > 1,
                      two_pass, 0};
@@ -234,7 +234,10 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
 
     device_guard g;
     fusednorm_status s = guard_enter(&g, a->device, fn);
-    if (s != FUSEDNORM_OK) return s;
+    if (s != FUSEDNORM_OK || a->rows == 0) {
+        if (s == FUSEDNORM_OK) guard_exit(&g);
+        return s;
+    }
     device_facts df;
     s = device_facts_get(a->device, &df, fn);
     if (s == FUSEDNORM_OK) s = check_device_pointer(a->x.data, "x.data", a->device, fn);
@@ -321,17 +324,19 @@ typedef struct bwd_setup {
  * backward itself, so that both agree on the size. Runs inside the guard. */
 static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn, bwd_setup *st)
 {
-    const fusednorm_dtype act = a->x.dtype;
-    int dt_w, dt_r, dt_dy;
+    /* The activation dtype is dx's: x is the residual stream when a residual
+     * was fused, and may be fp32 beside 16-bit activations. */
+    const fusednorm_dtype act = a->dx.dtype;
+    int dt_w, dt_r, dt_dy, dt_x;
     const fusednorm_tensor *wg[] = {&a->weight, &a->dweight, &a->dbias};
     const char *wn[] = {"weight", "dweight", "dbias"};
     const fusednorm_tensor *rg[] = {&a->dresidual_out, &a->dresidual};
     const char *rn[] = {"dresidual_out", "dresidual"};
     const fusednorm_tensor *yg[] = {&a->dy};
     const char *yn[] = {"dy"};
-    const fusednorm_tensor *xg[] = {&a->dx};
-    const char *xn[] = {"dx"};
-    if (a->dx.dtype != act) return unsupported_mix(fn, "dx", xg, xn, 1, act);
+    const fusednorm_tensor *xg[] = {&a->x};
+    const char *xn[] = {"x"};
+    if (!group_dtype(act, xg, 1, &dt_x)) return unsupported_mix(fn, "x", xg, xn, 1, act);
     if (!group_dtype(act, wg, 3, &dt_w)) return unsupported_mix(fn, "weight/dweight/dbias", wg, wn, 3, act);
     if (!group_dtype(act, rg, 2, &dt_r)) return unsupported_mix(fn, "dresidual_out/dresidual", rg, rn, 2, act);
     if (!group_dtype(act, yg, 1, &dt_dy)) return unsupported_mix(fn, "dy", yg, yn, 1, act);
@@ -368,7 +373,8 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     p->is_ln = a->norm == FUSEDNORM_LAYERNORM;
     p->atomic = (a->flags & FUSEDNORM_ATOMIC_DWEIGHT) != 0;
     p->accumulate = (a->flags & FUSEDNORM_ACCUMULATE) != 0;
-    p->dt_x = act;
+    p->dt_dx = act;
+    p->dt_x = dt_x;
     p->dt_dy = dt_dy;
     p->dt_w = dt_w;
     p->dt_dres_out = dt_r;

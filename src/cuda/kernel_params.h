@@ -35,7 +35,7 @@ typedef struct fn_bwd_params {
     int64_t sdy, sx, sdres_out, sdx, sdres;
     float eps, w_off;
     int is_ln, atomic, accumulate;
-    int dt_x, dt_dy, dt_w, dt_dres_out, dt_dres, dt_dw, dt_db;
+    int dt_dx, dt_x, dt_dy, dt_w, dt_dres_out, dt_dres, dt_dw, dt_db; /* dt_dx: the kernels' TX */
     int tpr, rows_per_block, cluster;
     int partials;                     /* number of fp32 partial rows in the workspace */
 } fn_bwd_params;

@@ -15,6 +15,9 @@
  * With ATOMIC_DWEIGHT the same partials are atomically added into one fp32 row
  * (or straight into an fp32 dweight).
  *
+ * The activation dtype TX is dx's; x (the residual stream when a residual was
+ * fused) may be TX or fp32, like dy, dresidual_out and dresidual.
+ *
  * Kernels: norm_bwd_rows_in_registers (row slices in registers, clusters on
  * sm_90, as in the forward) and norm_bwd_two_pass (any N; re-reads the row,
  * partial rows read-modify-written in the workspace, which the launcher zeroes).
@@ -97,7 +100,7 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
         for (int k = 0; k < K; k++) {
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
             if (row_ok && col_ok[k]) {
-                load_vec<TX, VEC>((const TX *)p.x, row * p.sx + col, x[k]);
+                load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, x[k]);
                 load_dyn<TX, VEC>(p.dy, p.dt_dy, row * p.sdy + col, dy[k]);
             } else {
                 #pragma unroll
@@ -192,7 +195,6 @@ __global__ void __launch_bounds__(512) norm_bwd_two_pass(const fn_bwd_params p)
     const int64_t N = p.cols, step = (int64_t)blockDim.x * VEC, first = (int64_t)threadIdx.x * VEC;
     const float inv_n = 1.0f / (float)N;
     for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-        const TX *x = (const TX *)p.x + row * p.sx;
         float mean = 0.0f, rstd;
         if (p.rstd) {
             rstd = p.rstd[row];
@@ -202,7 +204,7 @@ __global__ void __launch_bounds__(512) norm_bwd_two_pass(const fn_bwd_params p)
                 float s[1] = {0.0f};
                 for (int64_t col = first; col < N; col += step) {
                     float v[VEC];
-                    load_vec<TX, VEC>(x, col, v);
+                    load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, v);
                     #pragma unroll
                     for (int j = 0; j < VEC; j++) s[0] += v[j];
                 }
@@ -212,7 +214,7 @@ __global__ void __launch_bounds__(512) norm_bwd_two_pass(const fn_bwd_params p)
             float q[1] = {0.0f};
             for (int64_t col = first; col < N; col += step) {
                 float v[VEC];
-                load_vec<TX, VEC>(x, col, v);
+                load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, v);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) q[0] += (v[j] - mean) * (v[j] - mean);
             }
@@ -222,7 +224,7 @@ __global__ void __launch_bounds__(512) norm_bwd_two_pass(const fn_bwd_params p)
         float s[2] = {0.0f, 0.0f};
         for (int64_t col = first; col < N; col += step) {
             float v[VEC], dy[VEC], w[VEC];
-            load_vec<TX, VEC>(x, col, v);
+            load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, v);
             load_dyn<TX, VEC>(p.dy, p.dt_dy, row * p.sdy + col, dy);
             if (p.w) load_dyn<TX, VEC>(p.w, p.dt_w, col, w);
             #pragma unroll
@@ -236,7 +238,7 @@ __global__ void __launch_bounds__(512) norm_bwd_two_pass(const fn_bwd_params p)
         const float c1 = s[0] * inv_n, c2 = p.is_ln ? s[1] * inv_n : 0.0f;
         for (int64_t col = first; col < N; col += step) {
             float v[VEC], dy[VEC], w[VEC], dres[VEC], dx[VEC];
-            load_vec<TX, VEC>(x, col, v);
+            load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, v);
             load_dyn<TX, VEC>(p.dy, p.dt_dy, row * p.sdy + col, dy);
             if (p.w) load_dyn<TX, VEC>(p.w, p.dt_w, col, w);
             if (p.dres_out) load_dyn<TX, VEC>(p.dres_out, p.dt_dres_out, row * p.sdres_out + col, dres);
@@ -335,7 +337,7 @@ static cudaError_t rows_entry(const fn_bwd_params *p, int vec, int ept, int grid
                               int *active)
 {
     cudaStream_t s = (cudaStream_t)stream;
-    switch (p->dt_x) {
+    switch (p->dt_dx) {
     case FN_DT_F32: return dispatch_vec<float>(*p, vec, ept, grid, threads, s, active);
     case FN_DT_F16: return dispatch_vec<__half>(*p, vec, ept, grid, threads, s, active);
     case FN_DT_BF16: return dispatch_vec<__nv_bfloat16>(*p, vec, ept, grid, threads, s, active);
@@ -366,7 +368,7 @@ static cudaError_t two_pass_entry(const fn_bwd_params &p, int vec, int grid, int
 static cudaError_t two_pass_dispatch(const fn_bwd_params *p, int vec, int grid, int threads, void *stream, int *active)
 {
     cudaStream_t s = (cudaStream_t)stream;
-    switch (p->dt_x) {
+    switch (p->dt_dx) {
     case FN_DT_F32: return two_pass_entry<float>(*p, vec, grid, threads, s, active);
     case FN_DT_F16: return two_pass_entry<__half>(*p, vec, grid, threads, s, active);
     case FN_DT_BF16: return two_pass_entry<__nv_bfloat16>(*p, vec, grid, threads, s, active);
