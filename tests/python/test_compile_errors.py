@@ -25,8 +25,6 @@ def _model(norm):
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("norm", ["rms", "ln"])
 def test_compile_fullgraph_fwd_bwd(device, norm, backend):
-    if backend == "inductor" and norm == "ln" and device.type == "cpu":
-        pytest.skip("one inductor case on the CPU keeps the suite fast; aot_eager covers ln")
     torch._dynamo.reset()
     f = _model(norm)
     cf = torch.compile(f, fullgraph=True, backend=backend)

@@ -69,7 +69,7 @@ def check_fwd_bwd(norm, device, dtype, shape, weight=True, bias=False, residual=
 
 @pytest.mark.parametrize("norm", ["rms", "ln"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", [(1, 1), (37, 7), (5, 192), (3, 760), (2, 1128), (4, 4097)], ids=str)
+@pytest.mark.parametrize("shape", [(1, 1), (37, 7), (5, 192), (3, 760), (2, 1128), (4, 4097), (1031, 520)], ids=str)
 def test_weight(device, norm, dtype, shape):
     check_fwd_bwd(norm, device, dtype, shape, bias=(norm == "ln"))
 
