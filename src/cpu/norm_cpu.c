@@ -37,7 +37,7 @@
 #define CPU_MAX_CHUNKS 64
 #define CPU_ROWS_PER_CHUNK 16
 #define CPU_MIN_CHUNKS 8
-#define CPU_PARTIAL_FLOATS_BUDGET ((int64_t)1 << 24)
+#define CPU_PARTIAL_FLOATS_BUDGET ((int64_t)1 << 22)
 /* Scratch rows are padded to whole cache lines; the workspace is realigned
  * inside, which costs this many extra bytes. */
 #define CPU_ALIGN 64
@@ -282,9 +282,10 @@ fusednorm_status fn_cpu_bwd_workspace_size(const fusednorm_bwd_args *a, size_t *
 #define BWD_DH_STORE_LOOP(STORE)                                                                                      \
     for (int64_t i = 0; i < n; i++) STORE(p, i, BWD_DH(i));
 
-/* One row. xs, gs: the thread's fp32 scratch rows. dw_partial / db_partial:
+/* One row. xs, gs, out: the thread's fp32 scratch rows. dw_partial / db_partial:
  * this chunk's partial rows (NULL when not wanted). */
 CPU_ROW_KERNEL static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float *restrict xs, float *restrict gs,
+                                   float *restrict out,
                     const float *restrict wf, float *restrict dw_partial, float *restrict db_partial, int stream)
 {
     int64_t n = a->cols;
@@ -318,24 +319,25 @@ CPU_ROW_KERNEL static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float
     float mean_xg = cpu_lanes_total(acc_xg) / (float)n;
     float mean_g = layernorm ? cpu_lanes_total(acc_g) / (float)n : 0.0f;
 
-    if (!stream && !a->dresidual_out.data && !a->dresidual.data) {
-        unsigned char *p = row_out(&a->dx, r);
+    if (!a->dresidual_out.data && !a->dresidual.data) {
+        /* dh converted straight into dx, or into `out` to be streamed out. */
+        unsigned char *p = stream ? (unsigned char *)out : row_out(&a->dx, r);
         switch (a->dx.dtype) {
         case FUSEDNORM_BF16: BWD_DH_STORE_LOOP(cpu_st_bf16) break;
         case FUSEDNORM_F16: BWD_DH_STORE_LOOP(cpu_st_f16) break;
         default: BWD_DH_STORE_LOOP(cpu_st_f32) break;
         }
+        if (stream) cpu_stream_copy(row_out(&a->dx, r), out, (size_t)n * fn_dtype_size(a->dx.dtype));
         return;
     }
     for (int64_t i = 0; i < n; i++) gs[i] = BWD_DH(i);
     if (a->dresidual_out.data) cpu_add_row(gs, row_in(&a->dresidual_out, r), a->dresidual_out.dtype, n);
     if (stream) {
-        /* xs is free now: it holds each output's converted bytes in turn. */
-        cpu_store_row(xs, a->dx.dtype, gs, n);
-        cpu_stream_copy(row_out(&a->dx, r), xs, (size_t)n * fn_dtype_size(a->dx.dtype));
+        cpu_store_row(out, a->dx.dtype, gs, n);
+        cpu_stream_copy(row_out(&a->dx, r), out, (size_t)n * fn_dtype_size(a->dx.dtype));
         if (a->dresidual.data) {
-            cpu_store_row(xs, a->dresidual.dtype, gs, n);
-            cpu_stream_copy(row_out(&a->dresidual, r), xs, (size_t)n * fn_dtype_size(a->dresidual.dtype));
+            cpu_store_row(out, a->dresidual.dtype, gs, n);
+            cpu_stream_copy(row_out(&a->dresidual, r), out, (size_t)n * fn_dtype_size(a->dresidual.dtype));
         }
     } else {
         cpu_store_row(row_out(&a->dx, r), a->dx.dtype, gs, n);
@@ -397,10 +399,10 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
     float *db_partials = a->dbias.data ? partials + (dw_partials ? plan.chunks * stride : 0) : NULL;
 
     int threads = thread_count(rows, cols);
-    float *scratch = alloc_rows(cols, 1, 2, threads);
+    float *scratch = alloc_rows(cols, 1, 3, threads);
     if (!scratch)
         return fn_error(FUSEDNORM_ERROR_OUT_OF_MEMORY, "fusednorm_bwd: cannot allocate CPU scratch for %d rows of %lld",
-                        2 * threads + 1, (long long)cols);
+                        3 * threads + 1, (long long)cols);
     float *wf = scratch, *thread_rows = scratch + stride;
     prepare_weight(wf, &a->weight, a->weight_offset, cols);
 
@@ -411,11 +413,11 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
     int64_t grab = rows_per_grab(cols);
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        float *xs = thread_rows + 2 * (int64_t)omp_get_thread_num() * stride;
-        float *gs = xs + stride;
+        float *xs = thread_rows + 3 * (int64_t)omp_get_thread_num() * stride;
+        float *gs = xs + stride, *out = gs + stride;
         if (plan.chunks == 0) {
 #pragma omp for schedule(dynamic, grab)
-            for (int64_t r = 0; r < rows; r++) bwd_row(a, r, xs, gs, wf, NULL, NULL, stream);
+            for (int64_t r = 0; r < rows; r++) bwd_row(a, r, xs, gs, out, wf, NULL, NULL, stream);
         } else {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t c = 0; c < chunks; c++) {
@@ -424,7 +426,7 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
                 float *dbp = db_partials ? db_partials + c * stride : NULL;
                 if (dwp) memset(dwp, 0, (size_t)cols * sizeof(float));
                 if (dbp) memset(dbp, 0, (size_t)cols * sizeof(float));
-                for (int64_t r = r0; r < r1; r++) bwd_row(a, r, xs, gs, wf, dwp, dbp, stream);
+                for (int64_t r = r0; r < r1; r++) bwd_row(a, r, xs, gs, out, wf, dwp, dbp, stream);
             }
         }
         cpu_stream_fence();
