@@ -11,9 +11,15 @@
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
+# Logs are written to $LOGS and packed into $OUT/logs.tgz after every stage, so
+# a call cut short at its time limit still brings back what ran.
+FINAL_OUT=$OUT
+OUT=/tmp/fusednorm-device-logs
+rm -rf "$OUT" && mkdir -p "$OUT"
+pack() { tar -C "$OUT" -czf "$FINAL_OUT/logs.tgz" . 2>/dev/null; cp "$OUT/summary.txt" "$FINAL_OUT/" 2>/dev/null; }
 BUILD=${BUILD:-build-dev}
 STAGES=${*:-build tests sanitize bench peers}
-has() { [[ " $STAGES " == *" $1 "* ]]; }
+has() { pack; [[ " $STAGES " == *" $1 "* ]]; }
 log() { echo "== $(date +%T) $*"; }
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
@@ -48,32 +54,6 @@ if has tests; then
   grep FAIL "$OUT/check_cuda.log" | head -20
 fi
 
-if has sanitize; then
-  log "compute-sanitizer"
-  # One shape per path: several rows per CTA (256), registers (4096), scalar
-  # (4097), clusters (65536), two-pass (300000).
-  for tool in ${SANITIZERS:-memcheck racecheck synccheck initcheck}; do
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$FN" check --backend cuda --rows 24 \
-      --cols 256,4096,4097,65536,300000 >"$OUT/sanitize_$tool.log" 2>&1
-    echo "compute-sanitizer $tool: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)" | tee -a "$SUMMARY"
-  done
-fi
-
-if has bench; then
-  log "bench"
-  COLS=256,1024,2000,2048,4096,4097,8192,16384,32768,65536,65537,131072,262144
-  [ "${QUICK:-0}" = 1 ] && COLS=256,1024,4096,8192,32768,131072
-  "$FN" bench --backend cuda --norm rms --dtype bf16,f32 --cols $COLS --pass both --atomic \
-    --csv "$OUT/bench_rms.csv" >"$OUT/bench_rms.txt" 2>"$OUT/bench_rms.err"
-  "$FN" bench --backend cuda --norm ln --dtype bf16,f32 --cols $COLS --pass both \
-    --csv "$OUT/bench_ln.csv" >"$OUT/bench_ln.txt" 2>"$OUT/bench_ln.err"
-  "$FN" bench --backend cuda --norm rms --residual --dtype bf16 --cols 1024,4096,8192,65536 --pass both \
-    --csv "$OUT/bench_res.csv" >"$OUT/bench_res.txt" 2>"$OUT/bench_res.err"
-  for m in 512 4096 32768 131072; do
-    "$FN" bench --backend cuda --norm rms --dtype bf16 --rows $m --cols 2048,8192 --pass bwd --atomic
-  done >"$OUT/bench_atomic.txt" 2>"$OUT/bench_atomic.err"
-fi
-
 if has lab; then
   # Plan variants (FUSEDNORM_PLAN_FWD/BWD = "ept,tpr,cluster") on the shapes
   # being tuned; one line per variant.
@@ -96,20 +76,48 @@ if has lab; then
   cat "$OUT/lab.txt" >>"$SUMMARY"
 fi
 
-if has peers && [ -f bench/torch_compare.py ]; then
-  log "PyTorch peers"
-  PYTHONUNBUFFERED=1 FUSEDNORM_LIBRARY="$PWD/$BUILD/libfusednorm.so" PYTHONPATH=python \
-    timeout 500 python3 bench/torch_compare.py --out "$OUT" >"$OUT/peers.txt" 2>&1
-  echo "torch_compare: exit $?" | tee -a "$SUMMARY"
+if has sanitize; then
+  log "compute-sanitizer"
+  # One shape per path: several rows per CTA (256), registers (4096), scalar
+  # (4097), clusters (65536), two-pass (300000).
+  for tool in ${SANITIZERS:-memcheck racecheck synccheck initcheck}; do
+    cols=256,4096,4097,65536,300000 rows=24
+    [ $tool = racecheck ] && cols=256,4096,65536 rows=4 # racecheck is slow with cp.async
+    timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 "$FN" check --backend cuda \
+      --rows $rows --cols $cols >"$OUT/sanitize_$tool.log" 2>&1
+    echo "compute-sanitizer $tool: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)" | tee -a "$SUMMARY"
+  done
+fi
+
+if has bench; then
+  log "bench"
+  COLS=256,1024,2000,2048,4096,4097,8192,16384,32768,65536,65537,131072,262144
+  [ "${QUICK:-0}" = 1 ] && COLS=256,1024,4096,8192,32768,131072
+  "$FN" bench --backend cuda --norm rms --dtype bf16,f32 --cols $COLS --pass both --atomic \
+    --csv "$OUT/bench_rms.csv" >"$OUT/bench_rms.txt" 2>"$OUT/bench_rms.err"
+  "$FN" bench --backend cuda --norm ln --dtype bf16,f32 --cols $COLS --pass both \
+    --csv "$OUT/bench_ln.csv" >"$OUT/bench_ln.txt" 2>"$OUT/bench_ln.err"
+  "$FN" bench --backend cuda --norm rms --residual --dtype bf16 --cols 1024,4096,8192,65536 --pass both \
+    --csv "$OUT/bench_res.csv" >"$OUT/bench_res.txt" 2>"$OUT/bench_res.err"
+  for m in 512 4096 32768 131072; do
+    "$FN" bench --backend cuda --norm rms --dtype bf16 --rows $m --cols 2048,8192 --pass bwd --atomic
+  done >"$OUT/bench_atomic.txt" 2>"$OUT/bench_atomic.err"
 fi
 
 if has python && [ -d tests/python ]; then
   log "pytest on CUDA"
-  FUSEDNORM_LIBRARY="$PWD/$BUILD/libfusednorm.so" PYTHONPATH=python timeout 500 python3 -m pytest -q tests/python \
+  FUSEDNORM_LIBRARY="$PWD/$BUILD/libfusednorm.so" PYTHONPATH=python timeout ${PYTEST_TIMEOUT:-500} python3 -m pytest -q -x tests/python \
     >"$OUT/pytest.log" 2>&1
   echo "pytest: exit $? $(tail -1 "$OUT/pytest.log")" | tee -a "$SUMMARY"
   [ -f bench/python_overhead.py ] && FUSEDNORM_LIBRARY="$PWD/$BUILD/libfusednorm.so" PYTHONPATH=python \
-    timeout 120 python3 bench/python_overhead.py >"$OUT/python_overhead.txt" 2>&1
+    timeout 60 python3 bench/python_overhead.py --device cuda >"$OUT/python_overhead.txt" 2>&1
+fi
+
+if has peers && [ -f bench/torch_compare.py ]; then
+  log "PyTorch peers"
+  PYTHONUNBUFFERED=1 FUSEDNORM_LIBRARY="$PWD/$BUILD/libfusednorm.so" PYTHONPATH=python \
+    timeout ${PEERS_TIMEOUT:-500} python3 bench/torch_compare.py --out "$OUT" ${PEERS_COLS:+--cols $PEERS_COLS} >"$OUT/peers.txt" 2>&1
+  echo "torch_compare: exit $?" | tee -a "$SUMMARY"
 fi
 
 if has multigpu && [ -f tests/multigpu/run.sh ]; then
@@ -126,6 +134,4 @@ for f in bench_rms bench_ln bench_res; do [ -f "$OUT/$f.txt" ] && { echo "-- $f"
 echo "-- summary"
 cat "$SUMMARY"
 
-# Everything in one archive (the tool brings back at most 8 files).
-tar -C "$OUT" -czf /tmp/logs.tgz . && mv /tmp/logs.tgz "$OUT/logs.tgz" &&
-  find "$OUT" -type f ! -name logs.tgz ! -name summary.txt -delete
+pack

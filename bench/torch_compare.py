@@ -146,7 +146,11 @@ def run(args):
     print(f"{torch.cuda.get_device_name(device)}; copy bandwidth {copy_gbs:.0f} GB/s; torch {torch.__version__}",
           flush=True)
     rows = []
-    for norm, dts, feature, M, N in (QUICK if args.quick else CASES):
+    cases = QUICK if args.quick else CASES
+    if args.cols:
+        keep = {int(n) for n in args.cols.split(",")}
+        cases = [c for c in cases if c[4] in keep]
+    for norm, dts, feature, M, N in cases:
         dtype = DT[dts]
         torch.manual_seed(0)
         x = torch.randn(M, N, device=device, dtype=dtype)
@@ -222,6 +226,7 @@ def main():
     p.add_argument("--out", default=os.path.join(HERE, "..", "docs"), help="directory for the CSV and PNG")
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--quick", action="store_true", help="three shapes only (a smoke run)")
+    p.add_argument("--cols", help="comma list: only the cases with these N (keeps a device call short)")
     p.add_argument("--plot", metavar="CSV", help="only draw the chart of an existing CSV")
     args = p.parse_args()
     if args.plot:

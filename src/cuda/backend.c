@@ -29,7 +29,7 @@ enum { MAX_DEVICES = 64, OCC_CACHE = 512 };
 static device_facts g_devices[MAX_DEVICES];
 
 typedef struct occ_entry {
-    int used, device, is_bwd, dt_x, vec, ept, threads, cluster, smem_rows, two_pass;
+    int used, device, is_bwd, dt_x, dt2, vec, ept, threads, cluster, smem_rows, two_pass; /* dt2: sizes smem */
     int active;
 } occ_entry;
 static occ_entry g_occ[OCC_CACHE];
@@ -144,14 +144,19 @@ static int vector_vec_ok(const void *p) { return !p || aligned16(p); }
 static fusednorm_status max_active(int device, int is_bwd, const void *params, const fn_plan *pl, const char *fn,
                                    int *active)
 {
-    const int dt_x = is_bwd ? ((const fn_bwd_params *)params)->dt_dx : ((const fn_fwd_params *)params)->dt_x;
+    const fn_bwd_params *bp = (const fn_bwd_params *)params;
+    const fn_fwd_params *fp = (const fn_fwd_params *)params;
+    const int dt_x = is_bwd ? bp->dt_dx : fp->dt_x;
+    /* The pipeline stages' shared memory depends on these dtypes. */
+    const int dt2 = is_bwd ? bp->dt_x * 4 + bp->dt_dy : (fp->res ? 1 + fp->dt_res : 0);
     const int two_pass = pl->path == FN_PATH_TWO_PASS;
-    occ_entry key = {1, device, is_bwd, dt_x, pl->vec, pl->ept, pl->threads, pl->cluster, pl->rows_per_block > 1,
+    occ_entry key = {1, device, is_bwd, dt_x, dt2, pl->vec, pl->ept, pl->threads, pl->cluster, pl->rows_per_block > 1,
                      two_pass, 0};
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < OCC_CACHE && g_occ[i].used; i++) {
         occ_entry *o = &g_occ[i];
-        if (o->device == key.device && o->is_bwd == key.is_bwd && o->dt_x == key.dt_x && o->vec == key.vec &&
+        if (o->device == key.device && o->is_bwd == key.is_bwd && o->dt_x == key.dt_x && o->dt2 == key.dt2 &&
+            o->vec == key.vec &&
             o->ept == key.ept && o->threads == key.threads && o->cluster == key.cluster &&
             o->smem_rows == key.smem_rows && o->two_pass == key.two_pass) {
             *active = o->active;
@@ -284,15 +289,13 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
 
     int err = 0;
     if (pl.path == FN_PATH_ROWS_IN_REGISTERS) {
+        /* Persistent grid: every resident CTA (cluster), none beyond the row groups. */
         int active = 0;
-        if (pl.cluster > 1) {
-            s = max_active(a->device, 0, &p, &pl, fn, &active);
-            if (s == FUSEDNORM_OK && active == 0) pl.path = FN_PATH_TWO_PASS; /* cluster cannot be co-scheduled */
-        }
+        s = max_active(a->device, 0, &p, &pl, fn, &active);
+        if (s == FUSEDNORM_OK && active == 0) pl.path = FN_PATH_TWO_PASS; /* cannot be co-scheduled */
         if (s == FUSEDNORM_OK && pl.path == FN_PATH_ROWS_IN_REGISTERS) {
             int64_t groups = (a->rows + pl.rows_per_block - 1) / pl.rows_per_block;
-            int64_t cap = ((int64_t)1 << 30) / pl.cluster;
-            if (groups > cap) groups = cap;
+            if (groups > active) groups = active;
             err = fn_launch_fwd_rows(&p, pl.vec, pl.ept, (int)(groups * pl.cluster), pl.threads, a->stream);
         }
     }

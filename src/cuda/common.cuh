@@ -23,6 +23,9 @@ namespace fn {
 
 namespace cg = cooperative_groups;
 
+/* Largest two-stage input pipeline per CTA (bytes of shared memory). */
+constexpr size_t FN_MAX_STAGE_BYTES = 96 * 1024;
+
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -198,6 +201,71 @@ __device__ __forceinline__ void cluster_exit_barrier(int cluster_size)
 #else
     (void)cluster_size;
 #endif
+}
+
+
+/* ---- software pipeline: the next row's inputs stream into shared memory --
+ * Each thread copies its own 16-byte chunks with cp.async (sm_80+) and later
+ * reads back only what it copied, so a thread waits on its own copy groups and
+ * no barrier is needed. Per-thread chunk layout [stage][k][chunk][thread]
+ * (uint4 units) keeps the read-back free of bank conflicts. */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+#else
+    *(uint4 *)smem = *(const uint4 *)gmem;
+#endif
+}
+__device__ __forceinline__ void cp_async_commit()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+__device__ __forceinline__ int dtype_bytes(int dt) { return dt == FN_DT_F32 ? 4 : 2; }
+
+/* 16-byte chunks per VEC-element vector of a tensor of dtype dt (1 or 2). */
+template <typename TX, int VEC> __device__ __forceinline__ int chunks_of(int dt)
+{
+    return (int)(VEC * (sizeof(TX) == 4 ? 4 : dtype_bytes(dt)) / 16);
+}
+
+/* Copies one tensor's vector (row, col) into its stage slot. */
+__device__ __forceinline__ void stage_vector(uint4 *slot, int chunks, int stride, const void *base, int64_t elem,
+                                             int elem_bytes)
+{
+    const char *g = (const char *)base + elem * elem_bytes;
+    for (int c = 0; c < chunks; c++) cp_async16(slot + (int64_t)c * stride, g + 16 * c);
+}
+
+/* Reads a staged vector back as fp32 (dtype TX or fp32, as load_dyn). */
+template <typename TX, int VEC>
+__device__ __forceinline__ void unstage_vector(const uint4 *slot, int stride, int dt, float (&out)[VEC])
+{
+    if (sizeof(TX) == 4 || dt == FN_DT_F32) {
+        #pragma unroll
+        for (int c = 0; c < VEC / 4; c++) {
+            const uint4 u = slot[c * stride];
+            out[4 * c + 0] = __uint_as_float(u.x);
+            out[4 * c + 1] = __uint_as_float(u.y);
+            out[4 * c + 2] = __uint_as_float(u.z);
+            out[4 * c + 3] = __uint_as_float(u.w);
+        }
+    } else {
+        const uint4 u = slot[0];
+        const TX *e = reinterpret_cast<const TX *>(&u);
+        #pragma unroll
+        for (int j = 0; j < VEC; j++) out[j] = to_f32(e[j]);
+    }
 }
 
 } // namespace fn

@@ -24,6 +24,7 @@ typedef struct fn_fwd_params {
     int is_ln;
     int dt_x, dt_res, dt_w, dt_y, dt_res_out;
     int tpr, rows_per_block, cluster; /* from the plan */
+    int pipe;                         /* set by the launcher: stage the next rows in shared memory */
 } fn_fwd_params;
 
 typedef struct fn_bwd_params {
@@ -37,6 +38,7 @@ typedef struct fn_bwd_params {
     int is_ln, atomic, accumulate;
     int dt_dx, dt_x, dt_dy, dt_w, dt_dres_out, dt_dres, dt_dw, dt_db; /* dt_dx: the kernels' TX */
     int tpr, rows_per_block, cluster;
+    int pipe;                         /* set by the launcher: stage the next rows in shared memory */
     int partials;                     /* number of fp32 partial rows in the workspace */
 } fn_bwd_params;
 

@@ -72,7 +72,10 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
 {
     constexpr int K = EPT / VEC;
     __shared__ RowReduceSmem sm;
-    extern __shared__ float subrow_partials[]; /* [rows_per_block][tpr*EPT], only when rows_per_block > 1 */
+    /* Dynamic shared memory: the two pipeline stages during the row loop, then
+     * [rows_per_block][tpr*EPT] fp32 partials when rows_per_block > 1. */
+    extern __shared__ __align__(16) unsigned char dyn_smem[];
+    float *subrow_partials = reinterpret_cast<float *>(dyn_smem);
     int buf = 0;
     const int tpr = p.tpr, rpb = p.rows_per_block, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
     const int C = p.cluster;
@@ -92,16 +95,49 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
         #pragma unroll
         for (int j = 0; j < VEC; j++) dw[k][j] = db[k][j] = 0.0f;
 
-    for (int64_t g = cid; g < groups; g += nclusters) {
+    /* With vector access, the next row group's x and dy stream into shared
+     * memory (cp.async) while this one is reduced and written. */
+    const bool pipe = VEC > 1 && p.pipe;
+    uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
+    const int nthr = blockDim.x, chx = chunks_of<TX, VEC>(p.dt_x), chy = chunks_of<TX, VEC>(p.dt_dy);
+    const int per_stage = K * (chx + chy) * nthr; /* uint4 per stage */
+    auto issue = [&](int64_t g, int st) {
+        const int64_t row = g * rpb + sub;
+        if (g < groups && row < p.rows) {
+            uint4 *sx = stage + st * per_stage + threadIdx.x, *sy = sx + K * chx * nthr;
+            #pragma unroll
+            for (int k = 0; k < K; k++) {
+                if (!col_ok[k]) continue;
+                const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
+                stage_vector(sx + k * chx * nthr, chx, nthr, p.x, row * p.sx + col, dtype_bytes(p.dt_x));
+                stage_vector(sy + k * chy * nthr, chy, nthr, p.dy, row * p.sdy + col, dtype_bytes(p.dt_dy));
+            }
+        }
+        cp_async_commit();
+    };
+    if (pipe) issue(cid, 0);
+
+    int it = 0;
+    for (int64_t g = cid; g < groups; g += nclusters, it++) {
         const int64_t row = g * rpb + sub;
         const bool row_ok = row < p.rows;
         float x[K][VEC], dy[K][VEC];
+        if (pipe) {
+            issue(g + nclusters, (it + 1) & 1);
+            cp_async_wait<1>();
+        }
         #pragma unroll
         for (int k = 0; k < K; k++) {
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
             if (row_ok && col_ok[k]) {
-                load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, x[k]);
-                load_dyn<TX, VEC>(p.dy, p.dt_dy, row * p.sdy + col, dy[k]);
+                if (pipe) {
+                    const uint4 *sx = stage + (it & 1) * per_stage + threadIdx.x, *sy = sx + K * chx * nthr;
+                    unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, p.dt_x, x[k]);
+                    unstage_vector<TX, VEC>(sy + k * chy * nthr, nthr, p.dt_dy, dy[k]);
+                } else {
+                    load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, x[k]);
+                    load_dyn<TX, VEC>(p.dy, p.dt_dy, row * p.sdy + col, dy[k]);
+                }
             } else {
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) x[k][j] = dy[k][j] = 0.0f;
@@ -180,6 +216,7 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
         }
     }
 
+    if (pipe) cp_async_wait<0>();
     /* One partial row per cluster: first the rows of this CTA are summed in
      * fixed order (sub 0, 1, ...) through shared memory. */
     if (want_w) write_partial_row<VEC, EPT>(dw, p.ws_dw, p, subrow_partials, sub, lane, slice, cid, col_ok);
@@ -268,11 +305,23 @@ __global__ void __launch_bounds__(512) norm_bwd_two_pass(const fn_bwd_params p)
 
 /* ---- launchers ------------------------------------------------------------ */
 
+/* Two stages of x and dy, 16-byte chunks per thread (see the kernel). */
+template <typename TX, int VEC, int EPT> static size_t bwd_stage_bytes(const fn_bwd_params &p, int threads)
+{
+    auto chunks = [](int dt) { return (size_t)VEC * (sizeof(TX) == 4 ? 4 : (dt == FN_DT_F32 ? 4 : 2)) / 16; };
+    return 2 * (size_t)(EPT / VEC) * (chunks(p.dt_x) + chunks(p.dt_dy)) * threads * 16;
+}
+
 template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
     auto kernel = norm_bwd_rows_in_registers<TX, VEC, EPT>;
-    const size_t smem = p.rows_per_block > 1 ? (size_t)threads * EPT * sizeof(float) : 0;
+    const size_t partial_bytes = p.rows_per_block > 1 ? (size_t)threads * EPT * sizeof(float) : 0;
+    size_t stage_bytes = VEC > 1 ? bwd_stage_bytes<TX, VEC, EPT>(p, threads) : 0;
+    fn_bwd_params q = p;
+    q.pipe = stage_bytes > 0 && stage_bytes <= FN_MAX_STAGE_BYTES; /* see the forward's launcher */
+    if (!q.pipe) stage_bytes = 0;
+    const size_t smem = partial_bytes > stage_bytes ? partial_bytes : stage_bytes;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
     cfg.gridDim = dim3(grid);
@@ -307,7 +356,7 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
         *active = per_sm * sms;
         return e;
     }
-    return cudaLaunchKernelEx(&cfg, kernel, p);
+    return cudaLaunchKernelEx(&cfg, kernel, q);
 }
 
 /* EPT instantiated (the planner's list): 4 (scalar and fp32 only), 8, and 16

@@ -32,20 +32,49 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
     const int C = p.cluster;
     const int64_t N = p.cols, groups = (p.rows + p.rows_per_block - 1) / p.rows_per_block;
     const int64_t slice = (int64_t)(C > 1 ? cluster_rank() : 0) * tpr * EPT;
-    /* Usually one group of rows per CTA (or cluster); the loop covers grids
-     * capped below the number of groups. */
-    for (int64_t group = blockIdx.x / C; group < groups; group += gridDim.x / C) {
+    /* A persistent grid: each CTA (or cluster) walks row groups with a fixed
+     * stride. With vector access the next group's x (and residual) stream into
+     * shared memory (cp.async) while this one is reduced and written. */
+    const bool pipe = VEC > 1 && p.pipe;
+    extern __shared__ __align__(16) unsigned char dyn_smem[];
+    uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
+    const int nthr = blockDim.x, chx = chunks_of<TX, VEC>(p.dt_x), chr = p.res ? chunks_of<TX, VEC>(p.dt_res) : 0;
+    const int per_stage = K * (chx + chr) * nthr;
+    const int64_t first = blockIdx.x / C, stride = gridDim.x / C;
+    auto issue = [&](int64_t g, int st) {
+        const int64_t row = g * p.rows_per_block + sub;
+        if (g < groups && row < p.rows) {
+            uint4 *sx = stage + st * per_stage + threadIdx.x, *sr = sx + K * chx * nthr;
+            #pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
+                if (col >= N) continue;
+                stage_vector(sx + k * chx * nthr, chx, nthr, p.x, row * p.sx + col, (int)sizeof(TX));
+                if (p.res) stage_vector(sr + k * chr * nthr, chr, nthr, p.res, row * p.sres + col, dtype_bytes(p.dt_res));
+            }
+        }
+        cp_async_commit();
+    };
+    if (pipe) issue(first, 0);
+    int it = 0;
+    for (int64_t group = first; group < groups; group += stride, it++) {
     const int64_t row = group * p.rows_per_block + sub;
     const bool row_ok = row < p.rows;
 
     float h[K][VEC];
     bool ok[K];
+    if (pipe) {
+        issue(group + stride, (it + 1) & 1);
+        cp_async_wait<1>();
+    }
+    const uint4 *sx = stage + (it & 1) * per_stage + threadIdx.x, *sr = sx + K * chx * nthr;
     #pragma unroll
     for (int k = 0; k < K; k++) {
         const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
         ok[k] = row_ok && col < N;
         if (ok[k]) {
-            load_vec<TX, VEC>((const TX *)p.x, row * p.sx + col, h[k]);
+            if (pipe) unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, p.dt_x, h[k]);
+            else load_vec<TX, VEC>((const TX *)p.x, row * p.sx + col, h[k]);
         } else {
             #pragma unroll
             for (int j = 0; j < VEC; j++) h[k][j] = 0.0f;
@@ -57,7 +86,8 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
             if (!ok[k]) continue;
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
             float r[VEC];
-            load_dyn<TX, VEC>(p.res, p.dt_res, row * p.sres + col, r);
+            if (pipe) unstage_vector<TX, VEC>(sr + k * chr * nthr, nthr, p.dt_res, r);
+            else load_dyn<TX, VEC>(p.res, p.dt_res, row * p.sres + col, r);
             #pragma unroll
             for (int j = 0; j < VEC; j++) h[k][j] += r[j];
         }
@@ -117,6 +147,7 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
         store_dyn<TX, VEC>(p.y, p.dt_y, row * p.sy + col, y);
     }
     }
+    if (pipe) cp_async_wait<0>();
     cluster_exit_barrier(C);
 }
 
@@ -189,11 +220,25 @@ template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
     auto kernel = norm_fwd_rows_in_registers<TX, VEC, EPT>;
+    /* Two stages of x (and residual), 16-byte chunks per thread. */
+    auto chunks = [](int dt) { return (size_t)VEC * (sizeof(TX) == 4 ? 4 : (dt == FN_DT_F32 ? 4 : 2)) / 16; };
+    size_t smem =
+        VEC > 1 ? 2 * (size_t)(EPT / VEC) * (chunks(p.dt_x) + (p.res ? chunks(p.dt_res) : 0)) * threads * 16 : 0;
+    /* Past this, staging would cost the residency that hides latency in the
+     * first place: the largest tiles load straight into registers. */
+    fn_fwd_params q = p;
+    q.pipe = smem > 0 && smem <= FN_MAX_STAGE_BYTES;
+    if (!q.pipe) smem = 0;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
     cfg.gridDim = dim3(grid);
     cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
     cfg.attrs = attr;
     cfg.numAttrs = 0;
     if (p.cluster > 1) {
@@ -212,13 +257,13 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
         cfg.gridDim = dim3(p.cluster);
         if (p.cluster > 1) return cudaOccupancyMaxActiveClusters(active, kernel, &cfg);
         int per_sm = 0, dev = 0, sms = 0;
-        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
+        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
         if (e == cudaSuccess) e = cudaGetDevice(&dev);
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
         *active = per_sm * sms;
         return e;
     }
-    return cudaLaunchKernelEx(&cfg, kernel, p);
+    return cudaLaunchKernelEx(&cfg, kernel, q);
 }
 
 /* The EPT values instantiated for each vector width; the planner (plan.c)
