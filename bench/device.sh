@@ -93,6 +93,7 @@ if has bench; then
   log "bench"
   COLS=256,1024,2000,2048,4096,4097,8192,16384,32768,65536,65537,131072,262144
   [ "${QUICK:-0}" = 1 ] && COLS=256,1024,4096,8192,32768,131072
+  COLS=${BENCH_COLS:-$COLS}
   "$FN" bench --backend cuda --norm rms --dtype bf16,f32 --cols $COLS --pass both --atomic \
     --csv "$OUT/bench_rms.csv" >"$OUT/bench_rms.txt" 2>"$OUT/bench_rms.err"
   "$FN" bench --backend cuda --norm ln --dtype bf16,f32 --cols $COLS --pass both \
