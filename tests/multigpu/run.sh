@@ -23,7 +23,7 @@ mkdir -p "$LOGS"
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 PYTHON=${PYTHON:-python3}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" FUSEDNORM_LIBRARY="$BUILD/libfusednorm.so"
+export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 T0=$SECONDS
 
@@ -48,10 +48,16 @@ pytest_counts() {
 log "GPUs"
 nvidia-smi -L 2>&1 | tee "$LOGS/gpus.txt"
 GPUS=$(grep -c '^GPU ' "$LOGS/gpus.txt" || true)
-GPUS=${GPUS:-0}
+if [ "${GPUS:-0}" -eq 0 ]; then  # no nvidia-smi: ask torch
+  GPUS=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+fi
+echo "$GPUS CUDA devices"
 
 # ---- the library -------------------------------------------------------------
-if [ -f "$BUILD/libfusednorm.a" ] && [ -f "$BUILD/libfusednorm.so" ]; then
+# The shared library under any of its names: a carried build may hold only the
+# versioned file, without the symlinks.
+shared_lib() { local f; for f in "$BUILD"/libfusednorm.so "$BUILD"/libfusednorm.so.*; do [ -f "$f" ] && { echo "$f"; return; }; done; }
+if [ -f "$BUILD/libfusednorm.a" ] && [ -n "$(shared_lib)" ]; then
   log "using the build in $BUILD"
 else
   log "building $BUILD (sm_90)"
@@ -62,6 +68,10 @@ else
   cmake --build "$BUILD" -j "$(nproc)" --target fusednorm fusednorm_static >>"$LOGS/build.log" 2>&1 ||
     { tail -40 "$LOGS/build.log"; tally build 0 1 0; echo "multigpu: $passed passed, $failed failed, $skipped skipped"; exit 1; }
 fi
+
+FUSEDNORM_LIBRARY=$(shared_lib)
+export FUSEDNORM_LIBRARY
+echo "library: $FUSEDNORM_LIBRARY"
 
 # ---- 1. the C API on two devices --------------------------------------------
 log "C API on two devices"
@@ -76,7 +86,6 @@ if gcc -O2 -std=c11 -Wall -Wextra -Iinclude -I"$CUDA_HOME/include" tests/multigp
   last=$(tail -1 "$LOGS/test_two_devices.log")
   head -n 2 "$LOGS/test_two_devices.log"
   if [ $rc -eq 77 ]; then
-    echo "$last"
     tally test_two_devices 0 0 1
   elif [[ $last =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
     f=${BASH_REMATCH[2]}
@@ -100,7 +109,7 @@ run_pytest() { # NAME TIMEOUT FILE
   counts=$(pytest_counts "$LOGS/$1.log")
   read -r p f s <<<"$counts"
   if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # timeout, crash, import error
-  grep -E '^(ddp_train:|blocks\.|norm_f\.)' "$LOGS/$1.log" | sed 's/^/  /'
+  grep -oE '(ddp_train: |blocks\.[0-9]+\.norm|norm_f\.).*' "$LOGS/$1.log" | sed 's/^/  /'
   if [ "$f" -ne 0 ] || [ $rc -ne 0 ]; then tail -60 "$LOGS/$1.log"; fi
   grep -E '^SKIPPED' "$LOGS/$1.log" | head -5
   tally "$1 (exit $rc)" "$p" "$f" "$s"

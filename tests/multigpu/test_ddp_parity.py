@@ -19,10 +19,13 @@ Tolerances:
   20 steps of bf16 training. The loss is a mean over thousands of tokens, so
   its difference stays far below u: bound u relative per step. Gradients of
   single norm weights are sums of bf16 products and move more (measured on the
-  CPU: 2.4e-2 in L2 after 10 steps, 6e-3 in norm per step), so they are held
-  to the noise floor of bf16 itself: fusednorm-bf16 must be no farther from the
-  f32 run than torch.nn-bf16 is, within a factor 2 plus u (measured ratio
-  <= 1.14), and its per-step gradient norms within 2^-5 of torch-bf16's.
+  CPU: 2.4e-2 in L2 after 10 steps), so they are held to the noise floor of
+  bf16 itself, with the f32 run as the truth: fusednorm-bf16 must be no
+  farther from it than torch.nn-bf16 is, within a factor 2 plus u for the
+  final gradients (measured ratio <= 1.14) and plus 2^-5 for each step's
+  gradient norms. (Not directly against torch-bf16: on the CPU, torch's bf16
+  LayerNorm gives the first block's dbias 10% below the f32 value while
+  fusednorm's is within 0.2% of it.)
 
 Skips, saying why, with fewer than 2 GPUs or without a CUDA build of the
 library. FUSEDNORM_MULTIGPU_CPU=1 runs the same on the CPU with gloo (two
@@ -152,12 +155,13 @@ def test_bf16_parity(tmp_dir, mode, norm):
     ref = train(tmp_dir, mode, norm, "torch", "bf16")
     exact = train(tmp_dir, mode, norm, "torch", "f32")
     names = check_common(fn, ref)
-    for a, b in zip(fn["steps"], ref["steps"]):
+    for a, b, e in zip(fn["steps"], ref["steps"], exact["steps"]):
         assert abs(a["loss"] - b["loss"]) <= BF16_U * abs(b["loss"]), \
             f"step {a['step']}: loss {a['loss']} vs {b['loss']} (bound {BF16_U} relative)"
         for n in names:
-            ga, gb = a["norm_grad_norms"][n], b["norm_grad_norms"][n]
-            assert abs(ga - gb) <= 2 ** -5 * gb, f"step {a['step']}: |grad {n}| {ga} vs {gb}"
+            ga, gb, ge = a["norm_grad_norms"][n], b["norm_grad_norms"][n], e["norm_grad_norms"][n]
+            assert abs(ga - ge) <= 2 * abs(gb - ge) + 2 ** -5 * ge, (
+                f"step {a['step']}: |grad {n}|: fusednorm-bf16 {ga}, torch-bf16 {gb}, torch-f32 {ge}")
     report = []
     for n in names:
         g32 = exact["steps"][-1]["norm_grads"][n]
