@@ -1,0 +1,82 @@
+/*
+ * The CUDA launch planner (src/plan.c) is pure C, so CI checks it without a
+ * GPU: for every cols up to past the largest register coverage, both
+ * directions, vector access on or off, sm_80 and sm_90, the plan must be a
+ * shape the kernels are instantiated for and must cover the row:
+ *   - rows path: ept allowed for (direction, vec); cluster * tpr * ept >= cols;
+ *     tpr a power of two below a warp or a whole number of warps <= 512;
+ *     threads = rows_per_block * tpr <= 512; clusters only on sm_90, <= 16;
+ *     vec = 16/x_bytes with vector access, else 1;
+ *   - two-pass only where no register plan can cover the row, and always
+ *     one row per 512-thread CTA.
+ * It also pins the choices docs/perf.md reports for the benchmark shapes.
+ */
+#include "harness.h"
+#include "plan.h"
+
+#include <stdio.h>
+
+static int64_t max_coverage(int is_bwd, int vec, int cc_major)
+{
+    const int max_ept = is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
+    return (int64_t)(cc_major >= 9 ? 16 : 1) * 512 * max_ept;
+}
+
+static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc)
+{
+    fn_plan_problem pb = {is_bwd, cols, x_bytes, vec_ok, cc, 16};
+    fn_plan p = fn_plan_make(&pb);
+    snprintf(th_context, sizeof th_context, "plan %s cols %lld x_bytes %d vec_ok %d sm_%d0", is_bwd ? "bwd" : "fwd",
+             (long long)cols, x_bytes, vec_ok, cc);
+    const int vec = vec_ok ? 16 / x_bytes : 1;
+    ASSERT_EQ_INT(p.vec, vec);
+    if (p.path == FN_PATH_ROWS_IN_REGISTERS) {
+        ASSERT_TRUE(fn_plan_ept_allowed(is_bwd, vec, p.ept));
+        ASSERT_TRUE((int64_t)p.cluster * p.tpr * p.ept >= cols);
+        ASSERT_TRUE(p.tpr >= 1 && p.tpr <= 512);
+        ASSERT_TRUE(p.tpr < 32 ? (p.tpr & (p.tpr - 1)) == 0 : p.tpr % 32 == 0);
+        ASSERT_EQ_INT(p.threads, p.rows_per_block * p.tpr);
+        ASSERT_TRUE(p.threads >= 32 && p.threads <= 512 && p.threads % 32 == 0);
+        ASSERT_TRUE(p.cluster >= 1 && p.cluster <= (cc >= 9 ? 16 : 1));
+        ASSERT_TRUE(p.tpr * p.ept >= vec);
+    } else {
+        ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
+        ASSERT_TRUE(cols > max_coverage(is_bwd, vec, cc));
+        ASSERT_EQ_INT(p.threads, 512);
+        ASSERT_EQ_INT(p.rows_per_block, 1);
+        ASSERT_EQ_INT(p.cluster, 1);
+    }
+}
+
+int main(void)
+{
+    static const int64_t extra[] = {2000, 4097, 65537, 131072, 131073, 262144, 262145, 1048576, 1 << 24};
+    for (int is_bwd = 0; is_bwd < 2; is_bwd++)
+        for (int x_bytes = 2; x_bytes <= 4; x_bytes += 2)
+            for (int cc = 8; cc <= 9; cc++)
+                for (int vec_ok = 0; vec_ok < 2; vec_ok++) {
+                    for (int64_t cols = 1; cols <= 20000; cols += cols < 600 ? 1 : 37) check_one(is_bwd, cols, x_bytes, vec_ok, cc);
+                    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+                        check_one(is_bwd, extra[i], x_bytes, vec_ok, cc);
+                }
+
+    /* The shapes of docs/perf.md (bf16, 16-byte vectors, sm_90). */
+    struct { int is_bwd; int64_t cols; int ept, tpr, cluster; } pinned[] = {
+        {0, 256, 32, 8, 1},   {0, 4096, 32, 128, 1}, {0, 262144, 32, 512, 16},
+        {1, 1024, 16, 64, 1}, {1, 4096, 16, 256, 1}, {1, 131072, 16, 512, 16},
+    };
+    for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
+        fn_plan_problem pb = {pinned[i].is_bwd, pinned[i].cols, 2, 1, 9, 16};
+        fn_plan p = fn_plan_make(&pb);
+        snprintf(th_context, sizeof th_context, "pinned %s cols %lld", pinned[i].is_bwd ? "bwd" : "fwd",
+                 (long long)pinned[i].cols);
+        ASSERT_EQ_INT(p.path, FN_PATH_ROWS_IN_REGISTERS);
+        ASSERT_EQ_INT(p.ept, pinned[i].ept);
+        ASSERT_EQ_INT(p.tpr, pinned[i].tpr);
+        ASSERT_EQ_INT(p.cluster, pinned[i].cluster);
+    }
+    /* Without clusters (sm_80) the register path ends at one CTA's coverage. */
+    fn_plan_problem big = {1, 8193, 2, 1, 8, 1};
+    ASSERT_EQ_INT(fn_plan_make(&big).path, FN_PATH_TWO_PASS);
+    return th_finish();
+}
