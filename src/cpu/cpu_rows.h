@@ -177,6 +177,85 @@ CPU_INLINE cpu_v4 cpu_v4_load(const float *p)
 }
 CPU_INLINE void cpu_v4_store(float *p, cpu_v4 v) { memcpy(p, &v, sizeof v); }
 
+/* 8-float GCC vectors for the fused row passes: one AVX2 register in the
+ * AVX2 clone, two SSE registers in the baseline one (GCC splits them), the
+ * same arithmetic either way. A CPU_LANES block is two of them, lanes 0-7 and
+ * 8-15, so the lane of element i stays i % CPU_LANES. */
+/* They are passed by value only between always-inline functions, so the
+ * 32-byte-vector ABI warning GCC gives for the baseline build does not apply
+ * (vectors go in by pointer, which avoids its parameter note). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+typedef float cpu_v8 __attribute__((vector_size(32)));
+typedef uint32_t cpu_u8 __attribute__((vector_size(32)));
+typedef int32_t cpu_i8 __attribute__((vector_size(32)));
+typedef uint16_t cpu_h8 __attribute__((vector_size(16)));
+
+CPU_INLINE cpu_v8 cpu_v8_load(const float *p)
+{
+    cpu_v8 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+CPU_INLINE void cpu_v8_store(float *p, const cpu_v8 *v) { memcpy(p, v, sizeof *v); }
+
+/* Elements i..i+7 of an fp32 or bf16 tensor row as fp32 (bf16: a widening and
+ * a 16-bit shift, exact). */
+CPU_INLINE cpu_v8 cpu_v8_ld(const unsigned char *p, int bf16, int64_t i)
+{
+    if (bf16) {
+        cpu_h8 h;
+        memcpy(&h, p + 2 * i, sizeof h);
+        return (cpu_v8)(__builtin_convertvector(h, cpu_u8) << 16);
+    }
+    cpu_v8 v;
+    memcpy(&v, p + 4 * i, sizeof v);
+    return v;
+}
+
+/* Elements i..i+7 rounded into an fp32 or bf16 row: cpu_f32_to_bf16 lane-wise
+ * (the select is a mask blend), so bit-identical to fn_f32_to_bf16. */
+CPU_INLINE void cpu_v8_st(unsigned char *p, int bf16, int64_t i, const cpu_v8 *v)
+{
+    if (bf16) {
+        cpu_u8 u = (cpu_u8)*v;
+        cpu_u8 is_nan = (cpu_u8)((cpu_i8)(u & 0x7fffffffu) > 0x7f800000);
+        cpu_u8 r = (is_nan & (u | 0x00400000u)) | (~is_nan & (u + 0x7fffu + ((u >> 16) & 1u)));
+        cpu_h8 h = __builtin_convertvector(r >> 16, cpu_h8);
+        memcpy(p + 2 * i, &h, sizeof h);
+        return;
+    }
+    memcpy(p + 4 * i, v, sizeof *v);
+}
+
+/* h[i] = x[i] (fp32 or bf16 row at p) and, in the same pass, the CPU_LANES
+ * sum of h[i] (squares: of h[i]^2). Bitwise the same sums as cpu_load_row
+ * then cpu_sum_row (h - 0 == h, -0 included), one pass over memory fewer. */
+CPU_INLINE float cpu_load_sum_row(float *restrict h, const unsigned char *p, int bf16, int squares, int64_t n,
+                                  const cpu_prefetch *pf)
+{
+    cpu_v8 lo = {0}, hi = {0};
+    int64_t i = 0;
+    for (; i + CPU_LANES <= n; i += CPU_LANES) {
+        cpu_prefetch_block(pf, i);
+        cpu_v8 a = cpu_v8_ld(p, bf16, i), b = cpu_v8_ld(p, bf16, i + 8);
+        cpu_v8_store(h + i, &a);
+        cpu_v8_store(h + i + 8, &b);
+        lo += squares ? a * a : a;
+        hi += squares ? b * b : b;
+    }
+    float acc[CPU_LANES];
+    cpu_v8_store(acc, &lo);
+    cpu_v8_store(acc + 8, &hi);
+    for (int k = 0; i + k < n; k++) {
+        float v = bf16 ? cpu_ld_bf16(p, i + k) : cpu_ld_f32(p, i + k);
+        h[i + k] = v;
+        acc[k] += squares ? v * v : v;
+    }
+    return cpu_lanes_total(acc);
+}
+
 /* sum of h[i] (squares: of (h[i] - shift)^2). */
 CPU_INLINE float cpu_sum_row(const float *restrict h, int64_t n, int squares, float shift, const cpu_prefetch *pf)
 {
@@ -242,10 +321,25 @@ CPU_INLINE void cpu_stream_copy(void *dst, const void *src, size_t bytes)
     memcpy(d + i, s + i, bytes - i);
 }
 CPU_INLINE void cpu_stream_fence(void) { _mm_sfence(); }
+/* cpu_v8_st with non-temporal stores: p + elem_size * i must be 16-byte
+ * aligned. */
+CPU_INLINE void cpu_v8_st_nt(unsigned char *p, int bf16, int64_t i, const cpu_v8 *v)
+{
+    unsigned char bytes[32];
+    cpu_v8_st(bytes, bf16, 0, v);
+    __m128i q;
+    memcpy(&q, bytes, 16);
+    _mm_stream_si128((__m128i *)(void *)(p + (bf16 ? 2 : 4) * i), q);
+    if (!bf16) {
+        memcpy(&q, bytes + 16, 16);
+        _mm_stream_si128((__m128i *)(void *)(p + 4 * i + 16), q);
+    }
+}
 #else
 #define CPU_HAVE_STREAM 0
 CPU_INLINE void cpu_stream_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 CPU_INLINE void cpu_stream_fence(void) {}
+CPU_INLINE void cpu_v8_st_nt(unsigned char *p, int bf16, int64_t i, const cpu_v8 *v) { cpu_v8_st(p, bf16, i, v); }
 #endif
 
 #endif
