@@ -256,27 +256,29 @@ CPU_INLINE float cpu_load_sum_row(float *restrict h, const unsigned char *p, int
     return cpu_lanes_total(acc);
 }
 
-/* sum of h[i] (squares: of (h[i] - shift)^2). */
+/* sum of h[i] (squares: of (h[i] - shift)^2). Lanes 0-7 and 8-15 as two
+ * 8-float vectors (one AVX2 register each in that clone). */
 CPU_INLINE float cpu_sum_row(const float *restrict h, int64_t n, int squares, float shift, const cpu_prefetch *pf)
 {
-    cpu_v4 acc4[4] = {{0}, {0}, {0}, {0}};
+    cpu_v8 lo = {0}, hi = {0};
     float acc[CPU_LANES];
     int64_t i = 0;
     if (squares) {
         for (; i + CPU_LANES <= n; i += CPU_LANES) {
             cpu_prefetch_block(pf, i);
-            for (int q = 0; q < 4; q++) {
-                cpu_v4 d = cpu_v4_load(h + i + 4 * q) - shift;
-                acc4[q] += d * d;
-            }
+            cpu_v8 d = cpu_v8_load(h + i) - shift, e = cpu_v8_load(h + i + 8) - shift;
+            lo += d * d;
+            hi += e * e;
         }
     } else {
         for (; i + CPU_LANES <= n; i += CPU_LANES) {
             cpu_prefetch_block(pf, i);
-            for (int q = 0; q < 4; q++) acc4[q] += cpu_v4_load(h + i + 4 * q);
+            lo += cpu_v8_load(h + i);
+            hi += cpu_v8_load(h + i + 8);
         }
     }
-    for (int q = 0; q < 4; q++) cpu_v4_store(acc + 4 * q, acc4[q]);
+    cpu_v8_store(acc, &lo);
+    cpu_v8_store(acc + 8, &hi);
     for (int k = 0; i + k < n; k++) {
         float d = h[i + k] - shift;
         acc[k] += squares ? d * d : h[i + k];
