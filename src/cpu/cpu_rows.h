@@ -200,38 +200,92 @@ CPU_INLINE cpu_v8 cpu_v8_load(const float *p)
 }
 CPU_INLINE void cpu_v8_store(float *p, const cpu_v8 *v) { memcpy(p, v, sizeof *v); }
 
-/* Elements i..i+7 of an fp32 or bf16 tensor row as fp32 (bf16: a widening and
- * a 16-bit shift, exact). */
-CPU_INLINE cpu_v8 cpu_v8_ld(const unsigned char *p, int bf16, int64_t i)
+/* ---- bf16 blocks in split order --------------------------------------
+ * 32 bytes of bf16 are 8 uint32 words, word k holding element 2k (low half)
+ * and 2k+1 (high half). Shifted or masked in place they give the even and the
+ * odd elements as fp32 in one op each, with no widening or cross-lane
+ * shuffle; a store merges them back the same way. So the pipelined paths keep
+ * bf16 rows (scratch, weight, bias, dweight partials) in split order: per full
+ * CPU_LANES block, the 8 even elements, then the 8 odd ones; the tail past
+ * the last full block stays in natural order. The arithmetic per element is
+ * unchanged, and sum lanes are put back in natural order (cpu_lanes_unsplit)
+ * before the tail and the fixed tree, so results are bitwise the same. fp32
+ * blocks are always in natural order. */
+CPU_INLINE void cpu_blk_ld(const unsigned char *p, int bf16, int64_t i, cpu_v8 *a, cpu_v8 *b)
 {
     if (bf16) {
-        cpu_h8 h;
-        memcpy(&h, p + 2 * i, sizeof h);
-        return (cpu_v8)(__builtin_convertvector(h, cpu_u8) << 16);
+        cpu_u8 u;
+        memcpy(&u, p + 2 * i, sizeof u);
+        *a = (cpu_v8)(u << 16);
+        *b = (cpu_v8)(u & 0xffff0000u);
+        return;
     }
-    cpu_v8 v;
-    memcpy(&v, p + 4 * i, sizeof v);
-    return v;
+    memcpy(a, p + 4 * i, sizeof *a);
+    memcpy(b, p + 4 * i + 32, sizeof *b);
 }
 
-/* Elements i..i+7 rounded into an fp32 or bf16 row: cpu_f32_to_bf16 lane-wise
- * (the select is a mask blend), so bit-identical to fn_f32_to_bf16. */
+/* cpu_f32_to_bf16 lane-wise before its final shift: the bf16 is the high half. */
+CPU_INLINE cpu_u8 cpu_v8_bf16_rounded(const cpu_v8 *v)
+{
+    cpu_u8 u = (cpu_u8)*v;
+    cpu_u8 is_nan = (cpu_u8)((cpu_i8)(u & 0x7fffffffu) > 0x7f800000);
+    return (is_nan & (u | 0x00400000u)) | (~is_nan & (u + 0x7fffu + ((u >> 16) & 1u)));
+}
+
+/* The block's bytes (bf16: 32, merged from split order; fp32: 64). */
+CPU_INLINE int cpu_blk_bytes(unsigned char *bytes, int bf16, const cpu_v8 *a, const cpu_v8 *b)
+{
+    if (bf16) {
+        cpu_u8 w = (cpu_v8_bf16_rounded(a) >> 16) | (cpu_v8_bf16_rounded(b) & 0xffff0000u);
+        memcpy(bytes, &w, sizeof w);
+        return 32;
+    }
+    memcpy(bytes, a, sizeof *a);
+    memcpy(bytes + 32, b, sizeof *b);
+    return 64;
+}
+
+/* Elements i..i+7 rounded into an fp32 or bf16 row (natural order). */
 CPU_INLINE void cpu_v8_st(unsigned char *p, int bf16, int64_t i, const cpu_v8 *v)
 {
     if (bf16) {
-        cpu_u8 u = (cpu_u8)*v;
-        cpu_u8 is_nan = (cpu_u8)((cpu_i8)(u & 0x7fffffffu) > 0x7f800000);
-        cpu_u8 r = (is_nan & (u | 0x00400000u)) | (~is_nan & (u + 0x7fffu + ((u >> 16) & 1u)));
-        cpu_h8 h = __builtin_convertvector(r >> 16, cpu_h8);
+        cpu_h8 h = __builtin_convertvector(cpu_v8_bf16_rounded(v) >> 16, cpu_h8);
         memcpy(p + 2 * i, &h, sizeof h);
         return;
     }
     memcpy(p + 4 * i, v, sizeof *v);
 }
 
-/* h[i] = x[i] (fp32 or bf16 row at p) and, in the same pass, the CPU_LANES
- * sum of h[i] (squares: of h[i]^2). Bitwise the same sums as cpu_load_row
- * then cpu_sum_row (h - 0 == h, -0 included), one pass over memory fewer. */
+CPU_INLINE void cpu_lanes_unsplit(float *acc)
+{
+    float t[CPU_LANES];
+    memcpy(t, acc, sizeof t);
+    for (int k = 0; k < CPU_LANES / 2; k++) {
+        acc[2 * k] = t[k];
+        acc[2 * k + 1] = t[CPU_LANES / 2 + k];
+    }
+}
+
+/* A natural-order fp32 row into split order, and back. */
+CPU_INLINE void cpu_split_row(float *row, int64_t n)
+{
+    for (int64_t i = 0; i + CPU_LANES <= n; i += CPU_LANES) {
+        float t[CPU_LANES];
+        memcpy(t, row + i, sizeof t);
+        for (int k = 0; k < CPU_LANES / 2; k++) {
+            row[i + k] = t[2 * k];
+            row[i + CPU_LANES / 2 + k] = t[2 * k + 1];
+        }
+    }
+}
+CPU_INLINE void cpu_unsplit_row(float *row, int64_t n)
+{
+    for (int64_t i = 0; i + CPU_LANES <= n; i += CPU_LANES) cpu_lanes_unsplit(row + i);
+}
+
+/* h = x (fp32 row, or bf16 row into split order) and, in the same pass, the
+ * CPU_LANES sum of h[i] (squares: of h[i]^2). Bitwise the same sums as
+ * cpu_load_row then cpu_sum_row (h - 0 == h, -0 included). */
 CPU_INLINE float cpu_load_sum_row(float *restrict h, const unsigned char *p, int bf16, int squares, int64_t n,
                                   const cpu_prefetch *pf)
 {
@@ -239,7 +293,8 @@ CPU_INLINE float cpu_load_sum_row(float *restrict h, const unsigned char *p, int
     int64_t i = 0;
     for (; i + CPU_LANES <= n; i += CPU_LANES) {
         cpu_prefetch_block(pf, i);
-        cpu_v8 a = cpu_v8_ld(p, bf16, i), b = cpu_v8_ld(p, bf16, i + 8);
+        cpu_v8 a, b;
+        cpu_blk_ld(p, bf16, i, &a, &b);
         cpu_v8_store(h + i, &a);
         cpu_v8_store(h + i + 8, &b);
         lo += squares ? a * a : a;
@@ -248,6 +303,7 @@ CPU_INLINE float cpu_load_sum_row(float *restrict h, const unsigned char *p, int
     float acc[CPU_LANES];
     cpu_v8_store(acc, &lo);
     cpu_v8_store(acc + 8, &hi);
+    if (bf16) cpu_lanes_unsplit(acc);
     for (int k = 0; i + k < n; k++) {
         float v = bf16 ? cpu_ld_bf16(p, i + k) : cpu_ld_f32(p, i + k);
         h[i + k] = v;
@@ -258,7 +314,8 @@ CPU_INLINE float cpu_load_sum_row(float *restrict h, const unsigned char *p, int
 
 /* sum of h[i] (squares: of (h[i] - shift)^2). Lanes 0-7 and 8-15 as two
  * 8-float vectors (one AVX2 register each in that clone). */
-CPU_INLINE float cpu_sum_row(const float *restrict h, int64_t n, int squares, float shift, const cpu_prefetch *pf)
+CPU_INLINE float cpu_sum_row_order(const float *restrict h, int64_t n, int squares, float shift,
+                                   const cpu_prefetch *pf, int split)
 {
     cpu_v8 lo = {0}, hi = {0};
     float acc[CPU_LANES];
@@ -279,11 +336,17 @@ CPU_INLINE float cpu_sum_row(const float *restrict h, int64_t n, int squares, fl
     }
     cpu_v8_store(acc, &lo);
     cpu_v8_store(acc + 8, &hi);
+    if (split) cpu_lanes_unsplit(acc);
     for (int k = 0; i + k < n; k++) {
         float d = h[i + k] - shift;
         acc[k] += squares ? d * d : h[i + k];
     }
     return cpu_lanes_total(acc);
+}
+
+CPU_INLINE float cpu_sum_row(const float *restrict h, int64_t n, int squares, float shift, const cpu_prefetch *pf)
+{
+    return cpu_sum_row_order(h, n, squares, shift, pf, 0);
 }
 
 /* mean and rstd of one fp32 row (mean 0 for RMSNorm). */
@@ -323,25 +386,34 @@ CPU_INLINE void cpu_stream_copy(void *dst, const void *src, size_t bytes)
     memcpy(d + i, s + i, bytes - i);
 }
 CPU_INLINE void cpu_stream_fence(void) { _mm_sfence(); }
-/* cpu_v8_st with non-temporal stores: p + elem_size * i must be 16-byte
- * aligned. */
-CPU_INLINE void cpu_v8_st_nt(unsigned char *p, int bf16, int64_t i, const cpu_v8 *v)
+/* A block (cpu_blk_ld's order) rounded into row p at element i; `stream`:
+ * non-temporal, p + elem_size * i 16-byte aligned. */
+CPU_INLINE void cpu_blk_st(unsigned char *p, int bf16, int64_t i, const cpu_v8 *a, const cpu_v8 *b, int stream)
 {
-    unsigned char bytes[32];
-    cpu_v8_st(bytes, bf16, 0, v);
-    __m128i q;
-    memcpy(&q, bytes, 16);
-    _mm_stream_si128((__m128i *)(void *)(p + (bf16 ? 2 : 4) * i), q);
-    if (!bf16) {
-        memcpy(&q, bytes + 16, 16);
-        _mm_stream_si128((__m128i *)(void *)(p + 4 * i + 16), q);
+    unsigned char bytes[64];
+    int len = cpu_blk_bytes(bytes, bf16, a, b);
+    unsigned char *d = p + (bf16 ? 2 : 4) * i;
+    if (!stream) {
+        memcpy(d, bytes, (size_t)len);
+        return;
+    }
+    for (int k = 0; k < len; k += 16) {
+        __m128i q;
+        memcpy(&q, bytes + k, 16);
+        _mm_stream_si128((__m128i *)(void *)(d + k), q);
     }
 }
 #else
 #define CPU_HAVE_STREAM 0
 CPU_INLINE void cpu_stream_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 CPU_INLINE void cpu_stream_fence(void) {}
-CPU_INLINE void cpu_v8_st_nt(unsigned char *p, int bf16, int64_t i, const cpu_v8 *v) { cpu_v8_st(p, bf16, i, v); }
+CPU_INLINE void cpu_blk_st(unsigned char *p, int bf16, int64_t i, const cpu_v8 *a, const cpu_v8 *b, int stream)
+{
+    unsigned char bytes[64];
+    int len = cpu_blk_bytes(bytes, bf16, a, b);
+    (void)stream;
+    memcpy(p + (bf16 ? 2 : 4) * i, bytes, (size_t)len);
+}
 #endif
 
 #endif

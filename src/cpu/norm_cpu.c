@@ -128,15 +128,13 @@ static void prepare_weight(float *wf, const fusednorm_tensor *w, float offset, i
 /* The fp32/bf16 forms with explicit 8-float vectors (same arithmetic, same
  * order: bitwise equal to the loops above). */
 CPU_INLINE void fwd_normalize_v8(unsigned char *p, int bf16, int with_bias, const float *restrict h,
-                                 const float *restrict wf, const float *restrict bf, float mean, float rstd, int64_t n,
-                                 int stream)
+                                 const float *restrict wf, const float *restrict bf, float mean, float rstd, int64_t n)
 {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         cpu_v8 v = ((cpu_v8_load(h + i) - mean) * rstd) * cpu_v8_load(wf + i);
         if (with_bias) v += cpu_v8_load(bf + i);
-        if (stream) cpu_v8_st_nt(p, bf16, i, &v);
-        else cpu_v8_st(p, bf16, i, &v);
+        cpu_v8_st(p, bf16, i, &v);
     }
     for (; i < n; i++) {
         float v = ((h[i] - mean) * rstd) * wf[i];
@@ -152,10 +150,10 @@ CPU_INLINE void fwd_normalize_store(void *y, fusednorm_dtype t, const float *res
     unsigned char *p = (unsigned char *)y;
     if (t == FUSEDNORM_BF16 || t == FUSEDNORM_F32) {
         int bf16 = t == FUSEDNORM_BF16;
-        if (bf && bf16) fwd_normalize_v8(p, 1, 1, h, wf, bf, mean, rstd, n, 0);
-        else if (bf) fwd_normalize_v8(p, 0, 1, h, wf, bf, mean, rstd, n, 0);
-        else if (bf16) fwd_normalize_v8(p, 1, 0, h, wf, bf, mean, rstd, n, 0);
-        else fwd_normalize_v8(p, 0, 0, h, wf, bf, mean, rstd, n, 0);
+        if (bf && bf16) fwd_normalize_v8(p, 1, 1, h, wf, bf, mean, rstd, n);
+        else if (bf) fwd_normalize_v8(p, 0, 1, h, wf, bf, mean, rstd, n);
+        else if (bf16) fwd_normalize_v8(p, 1, 0, h, wf, bf, mean, rstd, n);
+        else fwd_normalize_v8(p, 0, 0, h, wf, bf, mean, rstd, n);
         return;
     }
     if (bf) {
@@ -180,40 +178,15 @@ CPU_ROW_KERNEL static void fwd_row(const fusednorm_fwd_args *a, int64_t r, float
     int layernorm = a->norm == FUSEDNORM_LAYERNORM;
     cpu_prefetch pf = {row_in(&a->x, r + 1), a->residual.data ? row_in(&a->residual, r + 1) : NULL,
                        (int64_t)fn_dtype_size(a->x.dtype), (int64_t)fn_dtype_size(a->residual.dtype)};
-    /* Without a residual, fp32 and bf16 rows are loaded and summed in one
-     * pass (the first sum: of h for LayerNorm, of h^2 for RMSNorm). */
-    int fused = !a->residual.data && (a->x.dtype == FUSEDNORM_BF16 || a->x.dtype == FUSEDNORM_F32);
-    float first_sum = 0.0f;
-    if (fused) {
-        const unsigned char *px = row_in(&a->x, r);
-        int bf16 = a->x.dtype == FUSEDNORM_BF16;
-        if (bf16 && layernorm) first_sum = cpu_load_sum_row(h, px, 1, 0, n, &pf);
-        else if (bf16) first_sum = cpu_load_sum_row(h, px, 1, 1, n, &pf);
-        else if (layernorm) first_sum = cpu_load_sum_row(h, px, 0, 0, n, &pf);
-        else first_sum = cpu_load_sum_row(h, px, 0, 1, n, &pf);
-    } else {
-        cpu_load_row(h, row_in(&a->x, r), a->x.dtype, n);
-        if (a->residual.data) cpu_add_row(h, row_in(&a->residual, r), a->residual.dtype, n);
-    }
+    cpu_load_row(h, row_in(&a->x, r), a->x.dtype, n);
+    if (a->residual.data) cpu_add_row(h, row_in(&a->residual, r), a->residual.dtype, n);
     if (stream_residual_out) {
         cpu_store_row(out, a->residual_out.dtype, h, n);
         cpu_stream_copy(row_out(&a->residual_out, r), out, (size_t)n * fn_dtype_size(a->residual_out.dtype));
     }
     else if (a->residual_out.data) cpu_store_row(row_out(&a->residual_out, r), a->residual_out.dtype, h, n);
     float mean, rstd;
-    if (fused) {
-        /* cpu_row_stats from the first sum on. */
-        static const cpu_prefetch none = {0, 0, 0, 0};
-        float count = (float)n, sum_sq = first_sum;
-        mean = 0.0f;
-        if (layernorm) {
-            mean = first_sum / count;
-            sum_sq = cpu_sum_row(h, n, 1, mean, &none);
-        }
-        rstd = 1.0f / sqrtf(sum_sq / count + a->eps);
-    } else {
-        cpu_row_stats(h, n, layernorm, a->eps, &pf, &mean, &rstd);
-    }
+    cpu_row_stats(h, n, layernorm, a->eps, &pf, &mean, &rstd);
     if (a->rstd) a->rstd[r] = rstd;
     if (a->mean) a->mean[r] = mean;
     if (stream_y) {
@@ -235,7 +208,8 @@ CPU_ROW_KERNEL static void fwd_row(const fusednorm_fwd_args *a, int64_t r, float
  * the same order as fwd_row: bitwise the same outputs. */
 
 /* y row (from h_cur, stored non-temporally when `stream`) and, in the same
- * pass, the next x row into h_next; returns the next row's first sum. */
+ * pass, the next x row into h_next; returns the next row's first sum. bf16
+ * rows, weight and bias are in split order (cpu_rows.h). */
 CPU_INLINE float fwd_pipe_pass(unsigned char *py, int bf16, int stream, int with_bias, int squares,
                                const float *restrict h_cur, const float *restrict wf, const float *restrict bf,
                                float mean, float rstd, const unsigned char *px, float *restrict h_next, int64_t n,
@@ -245,21 +219,22 @@ CPU_INLINE float fwd_pipe_pass(unsigned char *py, int bf16, int stream, int with
     int64_t i = 0;
     for (; i + CPU_LANES <= n; i += CPU_LANES) {
         cpu_prefetch_block(pf, i);
-        cpu_v8 a = cpu_v8_ld(px, bf16, i), b = cpu_v8_ld(px, bf16, i + 8);
+        cpu_v8 a, b, v[2];
+        cpu_blk_ld(px, bf16, i, &a, &b);
         cpu_v8_store(h_next + i, &a);
         cpu_v8_store(h_next + i + 8, &b);
         lo += squares ? a * a : a;
         hi += squares ? b * b : b;
-        for (int k = 0; k < CPU_LANES; k += 8) {
-            cpu_v8 v = ((cpu_v8_load(h_cur + i + k) - mean) * rstd) * cpu_v8_load(wf + i + k);
-            if (with_bias) v += cpu_v8_load(bf + i + k);
-            if (stream) cpu_v8_st_nt(py, bf16, i + k, &v);
-            else cpu_v8_st(py, bf16, i + k, &v);
+        for (int q = 0; q < 2; q++) {
+            v[q] = ((cpu_v8_load(h_cur + i + 8 * q) - mean) * rstd) * cpu_v8_load(wf + i + 8 * q);
+            if (with_bias) v[q] += cpu_v8_load(bf + i + 8 * q);
         }
+        cpu_blk_st(py, bf16, i, &v[0], &v[1], stream);
     }
     float acc[CPU_LANES];
     cpu_v8_store(acc, &lo);
     cpu_v8_store(acc + 8, &hi);
+    if (bf16) cpu_lanes_unsplit(acc);
     for (int k = 0; i + k < n; k++) {
         float x = bf16 ? cpu_ld_bf16(px, i + k) : cpu_ld_f32(px, i + k);
         h_next[i + k] = x;
@@ -270,6 +245,27 @@ CPU_INLINE float fwd_pipe_pass(unsigned char *py, int bf16, int stream, int with
         else cpu_st_f32(py, i + k, v);
     }
     return cpu_lanes_total(acc);
+}
+
+/* The y row alone (a thread's last row). */
+CPU_INLINE void fwd_pipe_store(unsigned char *py, int bf16, int stream, int with_bias, const float *restrict h,
+                               const float *restrict wf, const float *restrict bf, float mean, float rstd, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + CPU_LANES <= n; i += CPU_LANES) {
+        cpu_v8 v[2];
+        for (int q = 0; q < 2; q++) {
+            v[q] = ((cpu_v8_load(h + i + 8 * q) - mean) * rstd) * cpu_v8_load(wf + i + 8 * q);
+            if (with_bias) v[q] += cpu_v8_load(bf + i + 8 * q);
+        }
+        cpu_blk_st(py, bf16, i, &v[0], &v[1], stream);
+    }
+    for (; i < n; i++) {
+        float v = ((h[i] - mean) * rstd) * wf[i];
+        if (with_bias) v += bf[i];
+        if (bf16) cpu_st_bf16(py, i, v);
+        else cpu_st_f32(py, i, v);
+    }
 }
 
 /* The variants with their switches as constants: bit 0 bf16, 1 stream,
@@ -309,14 +305,14 @@ static int64_t take_row(int64_t *shared_next, int64_t *cursor, int64_t *end, int
 
 /* mean/rstd of a loaded row from its first sum, as cpu_row_stats; stored. */
 CPU_INLINE void fwd_pipe_stats(const fusednorm_fwd_args *a, int64_t r, const float *restrict h, float first_sum,
-                               int layernorm, float *mean, float *rstd)
+                               int layernorm, int split, float *mean, float *rstd)
 {
     static const cpu_prefetch none = {0, 0, 0, 0};
     float count = (float)a->cols, sum_sq = first_sum;
     *mean = 0.0f;
     if (layernorm) {
         *mean = first_sum / count;
-        sum_sq = cpu_sum_row(h, a->cols, 1, *mean, &none);
+        sum_sq = cpu_sum_row_order(h, a->cols, 1, *mean, &none, split);
     }
     *rstd = 1.0f / sqrtf(sum_sq / count + a->eps);
     if (a->rstd) a->rstd[r] = *rstd;
@@ -338,7 +334,7 @@ CPU_ROW_KERNEL static void fwd_pipeline_thread(const fusednorm_fwd_args *a, floa
                                     : cpu_load_sum_row(h_cur, row_in(&a->x, cur), 1, 1, n, &pf))
                        : (layernorm ? cpu_load_sum_row(h_cur, row_in(&a->x, cur), 0, 0, n, &pf)
                                     : cpu_load_sum_row(h_cur, row_in(&a->x, cur), 0, 1, n, &pf));
-    fwd_pipe_stats(a, cur, h_cur, first, layernorm, &mean, &rstd);
+    fwd_pipe_stats(a, cur, h_cur, first, layernorm, bf16, &mean, &rstd);
     for (;;) {
         unsigned char *py = row_out(&a->y, cur);
         /* Non-temporal stores need 16-byte alignment; a misaligned y row
@@ -346,10 +342,10 @@ CPU_ROW_KERNEL static void fwd_pipeline_thread(const fusednorm_fwd_args *a, floa
         int stream = stream_y && ((uintptr_t)py & 15) == 0;
         int64_t next = take_row(shared_next, &cursor, &end, grab, rows);
         if (next < 0) {
-            if (bf16 && bf) fwd_normalize_v8(py, 1, 1, h_cur, wf, bf, mean, rstd, n, stream);
-            else if (bf16) fwd_normalize_v8(py, 1, 0, h_cur, wf, bf, mean, rstd, n, stream);
-            else if (bf) fwd_normalize_v8(py, 0, 1, h_cur, wf, bf, mean, rstd, n, stream);
-            else fwd_normalize_v8(py, 0, 0, h_cur, wf, bf, mean, rstd, n, stream);
+            if (bf16 && bf) fwd_pipe_store(py, 1, stream, 1, h_cur, wf, bf, mean, rstd, n);
+            else if (bf16) fwd_pipe_store(py, 1, stream, 0, h_cur, wf, bf, mean, rstd, n);
+            else if (bf) fwd_pipe_store(py, 0, stream, 1, h_cur, wf, bf, mean, rstd, n);
+            else fwd_pipe_store(py, 0, stream, 0, h_cur, wf, bf, mean, rstd, n);
             return;
         }
         cpu_prefetch next_pf = {row_in(&a->x, next + 1), NULL, es, 0};
@@ -359,7 +355,7 @@ CPU_ROW_KERNEL static void fwd_pipeline_thread(const fusednorm_fwd_args *a, floa
         h_cur = h_next;
         h_next = t;
         cur = next;
-        fwd_pipe_stats(a, cur, h_cur, first, layernorm, &mean, &rstd);
+        fwd_pipe_stats(a, cur, h_cur, first, layernorm, bf16, &mean, &rstd);
     }
 }
 
@@ -377,12 +373,16 @@ fusednorm_status fn_cpu_fwd(const fusednorm_fwd_args *a)
     float *thread_rows = scratch + (1 + have_bias) * stride;
     prepare_weight(wf, &a->weight, a->weight_offset, cols);
     if (bf) cpu_load_row(bf, a->bias.data, a->bias.dtype, cols);
+    int pipelined = !a->residual.data && !a->residual_out.data && a->x.dtype == a->y.dtype &&
+                    (a->x.dtype == FUSEDNORM_F32 || a->x.dtype == FUSEDNORM_BF16);
+    if (pipelined && a->x.dtype == FUSEDNORM_BF16) {
+        cpu_split_row(wf, cols);
+        if (bf) cpu_split_row(bf, cols);
+    }
 
     int stream_y = stream_output(&a->y, rows, cols);
     int64_t grab = rows_per_grab(cols);
     int stream_residual_out = stream_output(&a->residual_out, rows, cols);
-    int pipelined = !a->residual.data && !a->residual_out.data && a->x.dtype == a->y.dtype &&
-                    (a->x.dtype == FUSEDNORM_F32 || a->x.dtype == FUSEDNORM_BF16);
     int64_t shared_next = 0;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     if (pipelined) {
@@ -552,7 +552,9 @@ CPU_ROW_KERNEL static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float
  * row r's x and dy, forms x_hat and g with their row sums and the chunk's
  * dweight/dbias terms, and writes dx of the previous row from its scratch.
  * Each pass reads and writes memory at once (as a copy does). Same arithmetic
- * in the same order as bwd_row: bitwise the same dx and partials. */
+ * in the same order as bwd_row: bitwise the same dx and partials. bf16 rows,
+ * the weight and the dweight/dbias partials are in split order (cpu_rows.h);
+ * reduce_partials puts the partials' sums back in natural order. */
 
 /* Row r's loads and sums into xs_new/gs_new; when py, also dx of the row in
  * xs_old/gs_old (its rstd and means in prev) stored at py. */
@@ -571,10 +573,13 @@ CPU_INLINE void bwd_pipe_pass(int layernorm, int with_dw, int with_db, int bf16,
     int64_t i = 0;
     for (; i + CPU_LANES <= n; i += CPU_LANES) {
         cpu_prefetch_block(pf, i);
+        cpu_v8 xv[2], dyb[2], dh[2];
+        cpu_blk_ld(px, bf16, i, &xv[0], &xv[1]);
+        cpu_blk_ld(pdy, bf16, i, &dyb[0], &dyb[1]);
         for (int q = 0; q < 2; q++) {
             int64_t j = i + 8 * q;
-            cpu_v8 xhat = (cpu_v8_ld(px, bf16, j) - mean) * rstd;
-            cpu_v8 dyv = cpu_v8_ld(pdy, bf16, j);
+            cpu_v8 xhat = (xv[q] - mean) * rstd;
+            cpu_v8 dyv = dyb[q];
             cpu_v8 g = dyv * cpu_v8_load(wf + j);
             cpu_v8_store(xs_new + j, &xhat);
             cpu_v8_store(gs_new + j, &dyv);
@@ -588,18 +593,20 @@ CPU_INLINE void bwd_pipe_pass(int layernorm, int with_dw, int with_db, int bf16,
                 cpu_v8 d = cpu_v8_load(db_partial + j) + dyv;
                 cpu_v8_store(db_partial + j, &d);
             }
-            if (py) {
-                cpu_v8 dh = prev.rstd * ((cpu_v8_load(gs_old + j) * cpu_v8_load(wf + j) - prev.mean_g) -
-                                         cpu_v8_load(xs_old + j) * prev.mean_xg);
-                if (stream) cpu_v8_st_nt(py, bf16, j, &dh);
-                else cpu_v8_st(py, bf16, j, &dh);
-            }
+            if (py)
+                dh[q] = prev.rstd * ((cpu_v8_load(gs_old + j) * cpu_v8_load(wf + j) - prev.mean_g) -
+                                     cpu_v8_load(xs_old + j) * prev.mean_xg);
         }
+        if (py) cpu_blk_st(py, bf16, i, &dh[0], &dh[1], stream);
     }
     cpu_v8_store(acc_xg, &v_xg[0]);
     cpu_v8_store(acc_xg + 8, &v_xg[1]);
     cpu_v8_store(acc_g, &v_g[0]);
     cpu_v8_store(acc_g + 8, &v_g[1]);
+    if (bf16) {
+        cpu_lanes_unsplit(acc_xg);
+        cpu_lanes_unsplit(acc_g);
+    }
     for (int k = 0; i + k < n; k++) {
         int64_t j = i + k;
         float xhat = ((bf16 ? cpu_ld_bf16(px, j) : cpu_ld_f32(px, j)) - mean) * rstd;
@@ -632,10 +639,12 @@ CPU_INLINE void bwd_pipe_store(int bf16, unsigned char *py, int stream, const fl
                                const float *restrict gs, const float *restrict wf, bwd_row_state st, int64_t n)
 {
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        cpu_v8 dh = st.rstd * ((cpu_v8_load(gs + j) * cpu_v8_load(wf + j) - st.mean_g) - cpu_v8_load(xs + j) * st.mean_xg);
-        if (stream) cpu_v8_st_nt(py, bf16, j, &dh);
-        else cpu_v8_st(py, bf16, j, &dh);
+    for (; j + CPU_LANES <= n; j += CPU_LANES) {
+        cpu_v8 dh[2];
+        for (int q = 0; q < 2; q++)
+            dh[q] = st.rstd * ((cpu_v8_load(gs + j + 8 * q) * cpu_v8_load(wf + j + 8 * q) - st.mean_g) -
+                               cpu_v8_load(xs + j + 8 * q) * st.mean_xg);
+        cpu_blk_st(py, bf16, j, &dh[0], &dh[1], stream);
     }
     for (; j < n; j++) {
         float dh = st.rstd * ((gs[j] * wf[j] - st.mean_g) - xs[j] * st.mean_xg);
@@ -689,7 +698,7 @@ CPU_ROW_KERNEL static void bwd_pipeline_rows(const fusednorm_bwd_args *a, int64_
 
 /* out[j] (+)= sum over chunks, in chunk order, of partials[c * stride + j]. */
 static void reduce_partials(const fusednorm_tensor *out, const float *partials, int64_t chunks, int64_t stride,
-                            int64_t cols, int accumulate, int threads)
+                            int64_t cols, int accumulate, int split, int threads)
 {
     enum { BLOCK = 512 };
     int64_t blocks = (cols + BLOCK - 1) / BLOCK;
@@ -701,6 +710,11 @@ static void reduce_partials(const fusednorm_tensor *out, const float *partials, 
         for (int64_t c = 0; c < chunks; c++) {
             const float *src = partials + c * stride + j0;
             for (int64_t j = 0; j < len; j++) sum[j] += src[j];
+        }
+        /* BLOCK is a multiple of CPU_LANES, so split blocks never straddle. */
+        if (split) {
+            int64_t full = (cols / CPU_LANES) * CPU_LANES - j0;
+            cpu_unsplit_row(sum, full < len ? full : len);
         }
         unsigned char *dst = (unsigned char *)out->data + (size_t)j0 * fn_dtype_size(out->dtype);
         if (accumulate) {
@@ -747,14 +761,16 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
                         4 * threads + 1, (long long)cols);
     float *wf = scratch, *thread_rows = scratch + stride;
     prepare_weight(wf, &a->weight, a->weight_offset, cols);
+    int pipelined = a->rstd && !a->dresidual_out.data && !a->dresidual.data && a->x.dtype == a->dy.dtype &&
+                    a->dx.dtype == a->x.dtype && (a->x.dtype == FUSEDNORM_F32 || a->x.dtype == FUSEDNORM_BF16);
+    int split = pipelined && a->x.dtype == FUSEDNORM_BF16;
+    if (split) cpu_split_row(wf, cols);
 
     /* Without dweight/dbias any split of rows is fine; with them, the split is
      * the plan's chunks, whatever thread runs each one. */
     int64_t chunks = plan.chunks > 0 ? plan.chunks : 1;
     int stream = stream_output(&a->dx, rows, cols);
     int64_t grab = rows_per_grab(cols);
-    int pipelined = a->rstd && !a->dresidual_out.data && !a->dresidual.data && a->x.dtype == a->dy.dtype &&
-                    a->dx.dtype == a->x.dtype && (a->x.dtype == FUSEDNORM_F32 || a->x.dtype == FUSEDNORM_BF16);
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         float *xs = thread_rows + 4 * (int64_t)omp_get_thread_num() * stride;
@@ -785,7 +801,7 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
     }
     free(scratch);
 
-    if (dw_partials) reduce_partials(&a->dweight, dw_partials, chunks, stride, cols, accumulate, threads);
-    if (db_partials) reduce_partials(&a->dbias, db_partials, chunks, stride, cols, accumulate, threads);
+    if (dw_partials) reduce_partials(&a->dweight, dw_partials, chunks, stride, cols, accumulate, split, threads);
+    if (db_partials) reduce_partials(&a->dbias, db_partials, chunks, stride, cols, accumulate, split, threads);
     return FUSEDNORM_OK;
 }
