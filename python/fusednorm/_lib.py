@@ -167,6 +167,10 @@ lib.fusednorm_cuda_available.argtypes = []
 lib.fusednorm_cuda_available.restype = ctypes.c_int
 
 _addressof = ctypes.addressof
+# The raw entry points for the hot path: they take FWD_FORMAT / BWD_FORMAT bytes
+# and return the status, which the caller checks (no wrapper frame per call).
+c_fwd = _fwd
+c_bwd = _bwd
 
 
 def version():
@@ -179,7 +183,8 @@ def cuda_available():
     return bool(lib.fusednorm_cuda_available())
 
 
-def _raise(status, where):
+def raise_status(status, where):
+    """Raise the RuntimeError for a failed call (status != 0) of the C function where."""
     # fusednorm_last_error is per thread; ctypes calls run on this thread, so
     # the message read here is the one the failed call just set.
     msg = lib.fusednorm_last_error().decode("utf-8", "replace")
@@ -191,19 +196,19 @@ def fwd(packed):
     """packed: FWD_FORMAT bytes (or a FwdArgs)."""
     s = _fwd(packed if isinstance(packed, bytes) else bytes(packed))
     if s:
-        _raise(s, "fusednorm_fwd")
+        raise_status(s, "fusednorm_fwd")
 
 
 def bwd(packed):
     """packed: BWD_FORMAT bytes (or a BwdArgs)."""
     s = _bwd(packed if isinstance(packed, bytes) else bytes(packed))
     if s:
-        _raise(s, "fusednorm_bwd")
+        raise_status(s, "fusednorm_bwd")
 
 
 def bwd_workspace_size(packed):
     out = ctypes.c_size_t(0)
     s = _ws(packed if isinstance(packed, bytes) else bytes(packed), _addressof(out))
     if s:
-        _raise(s, "fusednorm_bwd_workspace_size")
+        raise_status(s, "fusednorm_bwd_workspace_size")
     return out.value

@@ -18,6 +18,7 @@ The raw implementations (_fwd_impl/_bwd_impl) are what the ops run; eager code
 calls them through _FusedNormFn (an autograd.Function) to skip the dispatcher's
 per-call cost, and torch.compile traces the ops instead (see functional.py).
 """
+import threading
 from typing import Optional, Tuple
 
 import torch
@@ -33,12 +34,18 @@ _EMPTY_SHAPE = (0,)
 # allocators that poison memory (NaN) and show any element left unwritten.
 _empty = torch.empty
 _empty_like = torch.empty_like
+_F32 = torch.float32
+_U8 = torch.uint8
 _fwd_pack = _lib.FWD_FORMAT.pack
 _bwd_pack = _lib.BWD_FORMAT.pack
 _CPU, _CUDA, _LAYERNORM = _lib.CPU, _lib.CUDA, _lib.LAYERNORM
-_c_fwd = _lib.fwd
-_c_bwd = _lib.bwd
+_ERROR_WORKSPACE = _lib.ERROR_WORKSPACE
+# The raw C entry points (they return the status; _lib.raise_status turns a
+# failure into RuntimeError), called without a Python wrapper frame.
+_c_fwd = _lib.c_fwd
+_c_bwd = _lib.c_bwd
 _c_ws = _lib.bwd_workspace_size
+_raise = _lib.raise_status
 
 try:  # the raw cudaStream_t of a device's current stream, without building a Stream object
     _raw_stream = torch._C._cuda_getCurrentRawStream
@@ -68,6 +75,8 @@ def _rows(t, cols):
 def _new_rows(like, dtype):
     """A contiguous output of like's shape in dtype (cheapest allocator call)."""
     if like.is_contiguous():
+        if dtype is like.dtype:
+            return _empty_like(like)
         return _empty_like(like, dtype=dtype)
     return _empty_like(like, dtype=dtype, memory_format=torch.contiguous_format)
 
@@ -80,13 +89,48 @@ def _where(t):
     return _CPU, 0, 0
 
 
+# ---- backward workspace ------------------------------------------------------------
+# A backward that sums dweight/dbias partials needs a workspace; allocating it per
+# call costs an allocator call and a second crossing into C (the size query),
+# which for small problems is a large share of the call. So each thread keeps one
+# workspace per device and grows it on demand: the backward is tried with the
+# cached one, and only when the library answers FUSEDNORM_ERROR_WORKSPACE (its
+# contract: nothing written) is the size asked for and the call repeated.
+# Reuse is safe only where consecutive users are ordered: on the CPU a call is
+# synchronous and the cache is per thread (ctypes releases the GIL, so threads
+# may run the library at the same time); on CUDA only on the default stream
+# (raw stream 0), where every launch is queued in order and which can never be
+# under CUDA graph capture. Elsewhere (side streams, graph capture: a graph bakes
+# the pointer in, so the buffer must come from the graph's pool and never be
+# freed by a later growth) each call allocates its own workspace from torch.
+_WS_CACHE_MAX_BYTES = 16 << 20  # larger workspaces belong to calls whose kernels dwarf an allocation
+_ws_local = threading.local()
+# Tests set this to a function that fills a reused workspace with garbage, so
+# that a library reading partials it did not write this call shows up.
+_ws_reuse_hook = None
+
+
+def _ws_cache():
+    cache = _ws_local.__dict__.get("by_device")
+    if cache is None:
+        cache = _ws_local.by_device = {}
+    return cache
+
+
 def _fwd_impl(x, weight, bias, residual, norm, eps, weight_offset, out_dtype, residual_dtype,
               store_residual_out, store_stats):
     """Returns (y, residual_out, rstd, mean); absent outputs are None."""
     cols = x.shape[-1]
     rows = x.numel() // cols
-    x2, x_stride = _rows(x, cols)
-    y = _new_rows(x, out_dtype if out_dtype is not None else x.dtype)
+    x_dt = x.dtype
+    if x.is_contiguous():  # inline the common case of _rows / _new_rows
+        x_ptr = x.data_ptr()
+        x_stride = 0
+        y = _empty_like(x) if out_dtype is None or out_dtype is x_dt else _empty_like(x, dtype=out_dtype)
+    else:
+        x2, x_stride = _rows(x, cols)
+        x_ptr = x2.data_ptr()
+        y = _new_rows(x, out_dtype if out_dtype is not None else x_dt)
     residual_out = rstd = mean = None
     r_ptr = r_dt = r_stride = ro_ptr = ro_dt = 0
     w_ptr = w_dt = b_ptr = b_dt = rstd_ptr = mean_ptr = 0
@@ -109,21 +153,28 @@ def _fwd_impl(x, weight, bias, residual, norm, eps, weight_offset, out_dtype, re
         b_ptr = bias.data_ptr()
         b_dt = DTYPE_CODE[bias.dtype]
     if store_stats:
-        rstd = _empty((rows,), dtype=torch.float32, device=x.device)
+        dev = x.device
+        rstd = _empty(rows, dtype=_F32, device=dev)
         rstd_ptr = rstd.data_ptr()
         if norm == _LAYERNORM:
-            mean = _empty((rows,), dtype=torch.float32, device=x.device)
+            mean = _empty(rows, dtype=_F32, device=dev)
             mean_ptr = mean.data_ptr()
     if rows:  # an empty tensor's data pointer may be NULL, which the C library rejects
-        backend, device, stream = _where(x)
-        _c_fwd(_fwd_pack(norm, rows, cols, eps, weight_offset,
-                         x2.data_ptr(), DTYPE_CODE[x.dtype], x_stride,
-                         r_ptr, r_dt, r_stride,
-                         w_ptr, w_dt, 0,
-                         b_ptr, b_dt, 0,
-                         y.data_ptr(), DTYPE_CODE[y.dtype], 0,
-                         ro_ptr, ro_dt, 0,
-                         rstd_ptr, mean_ptr, backend, device, stream))
+        if x.is_cuda:
+            device = x.get_device()
+            backend, stream = _CUDA, _raw_stream(device)
+        else:
+            backend = device = stream = 0
+        s = _c_fwd(_fwd_pack(norm, rows, cols, eps, weight_offset,
+                             x_ptr, DTYPE_CODE[x_dt], x_stride,
+                             r_ptr, r_dt, r_stride,
+                             w_ptr, w_dt, 0,
+                             b_ptr, b_dt, 0,
+                             y.data_ptr(), DTYPE_CODE[y.dtype], 0,
+                             ro_ptr, ro_dt, 0,
+                             rstd_ptr, mean_ptr, backend, device, stream))
+        if s:
+            _raise(s, "fusednorm_fwd")
     return y, residual_out, rstd, mean
 
 
@@ -132,9 +183,20 @@ def _bwd_impl(dy, x, weight, rstd, mean, dresidual_out, norm, eps, weight_offset
     """Returns (dx, dweight, dbias, dresidual); absent outputs are None."""
     cols = x.shape[-1]
     rows = x.numel() // cols
-    x2, x_stride = _rows(x, cols)
-    dy2, dy_stride = _rows(dy, cols)
-    dx = _new_rows(x, dx_dtype)
+    if x.is_contiguous():
+        x_ptr = x.data_ptr()
+        x_stride = 0
+        dx = _empty_like(x) if dx_dtype is x.dtype else _empty_like(x, dtype=dx_dtype)
+    else:
+        x2, x_stride = _rows(x, cols)
+        x_ptr = x2.data_ptr()
+        dx = _new_rows(x, dx_dtype)
+    if dy.is_contiguous():
+        dy_ptr = dy.data_ptr()
+        dy_stride = 0
+    else:
+        dy2, dy_stride = _rows(dy, cols)
+        dy_ptr = dy2.data_ptr()
     dweight = dbias = dresidual = None
     w_ptr = w_dt = dw_ptr = dw_dt = db_ptr = db_dt = 0
     dro_ptr = dro_dt = dro_stride = dr_ptr = dr_dt = rstd_ptr = mean_ptr = 0
@@ -148,7 +210,7 @@ def _bwd_impl(dy, x, weight, rstd, mean, dresidual_out, norm, eps, weight_offset
             dw_ptr = dweight.data_ptr()
             dw_dt = w_dt
     if dbias_dtype is not None:
-        dbias = _empty((cols,), dtype=dbias_dtype, device=x.device)
+        dbias = _empty(cols, dtype=dbias_dtype, device=x.device)
         db_ptr = dbias.data_ptr()
         db_dt = DTYPE_CODE[dbias_dtype]
     if dresidual_out is not None:
@@ -170,10 +232,16 @@ def _bwd_impl(dy, x, weight, rstd, mean, dresidual_out, norm, eps, weight_offset
         if dbias is not None:
             dbias.zero_()
         return dx, dweight, dbias, dresidual
-    backend, device, stream = _where(x)
+    if x.is_cuda:
+        device = x.get_device()
+        backend, stream = _CUDA, _raw_stream(device)
+        key = device
+    else:
+        backend = device = stream = 0
+        key = -1
     head = (norm, rows, cols, eps, weight_offset, 0,
-            dy2.data_ptr(), DTYPE_CODE[dy.dtype], dy_stride,
-            x2.data_ptr(), DTYPE_CODE[x.dtype], x_stride,
+            dy_ptr, DTYPE_CODE[dy.dtype], dy_stride,
+            x_ptr, DTYPE_CODE[x.dtype], x_stride,
             w_ptr, w_dt, 0,
             dro_ptr, dro_dt, dro_stride,
             rstd_ptr, mean_ptr,
@@ -181,12 +249,29 @@ def _bwd_impl(dy, x, weight, rstd, mean, dresidual_out, norm, eps, weight_offset
             dr_ptr, dr_dt, 0,
             dw_ptr, dw_dt, 0,
             db_ptr, db_dt, 0)
-    need = _c_ws(_bwd_pack(*head, 0, 0, backend, device, stream))
-    ws_ptr = 0
-    if need:
-        ws = _empty((need,), dtype=torch.uint8, device=x.device)
-        ws_ptr = ws.data_ptr()
-    _c_bwd(_bwd_pack(*head, ws_ptr, need, backend, device, stream))
+    if stream:  # a side stream or a graph capture: a workspace of this call's own
+        need = _c_ws(_bwd_pack(*head, 0, 0, backend, device, stream))
+        ws = _empty(need, dtype=_U8, device=x.device) if need else None
+        s = _c_bwd(_bwd_pack(*head, ws.data_ptr() if need else 0, need, backend, device, stream))
+    else:
+        cache = _ws_local.__dict__.get("by_device") or _ws_cache()
+        cached = cache.get(key)
+        if cached is None:
+            ws_ptr = ws_bytes = 0
+        else:
+            ws, ws_ptr, ws_bytes = cached
+            if _ws_reuse_hook is not None:
+                _ws_reuse_hook(ws)
+        s = _c_bwd(_bwd_pack(*head, ws_ptr, ws_bytes, backend, device, stream))
+        if s == _ERROR_WORKSPACE:  # the cached workspace is missing or too small: nothing was written
+            need = _c_ws(_bwd_pack(*head, 0, 0, backend, device, stream))
+            ws = _empty(need, dtype=_U8, device=x.device)
+            ws_ptr = ws.data_ptr()
+            if need <= _WS_CACHE_MAX_BYTES:
+                cache[key] = (ws, ws_ptr, need)
+            s = _c_bwd(_bwd_pack(*head, ws_ptr, need, backend, device, stream))
+    if s:
+        _raise(s, "fusednorm_bwd")
     return dx, dweight, dbias, dresidual
 
 
@@ -259,73 +344,88 @@ def _bwd_fake(dy, x, weight, rstd, mean, dresidual_out, norm, eps, weight_offset
 # passes store_stats=False), and then no backward can run.
 
 
-def _setup(ctx, x, weight, bias, residual, norm, eps, weight_offset, residual_out, rstd, mean):
-    normalized = residual_out if residual is not None else x
-    # The ops give empty (0,) tensors for absent stats; the eager path gives None.
-    rstd = rstd if rstd is not None and rstd.numel() else None
-    mean = mean if mean is not None and mean.numel() else None
-    ctx.save_for_backward(normalized, weight, rstd, mean)
-    ctx.norm = norm
-    ctx.eps = eps
-    ctx.weight_offset = weight_offset
-    ctx.x_dtype = x.dtype
-    ctx.has_residual = residual is not None
-    ctx.residual_dtype = residual.dtype if residual is not None else None
-    ctx.bias_dtype = bias.dtype if bias is not None else None
+def _setup(ctx, x, weight, bias, residual, norm, eps, weight_offset):
+    # One tuple: fewer attribute stores per call than one attribute per value.
+    ctx.meta = (norm, eps, weight_offset, x.dtype, residual.dtype if residual is not None else None,
+                bias.dtype if bias is not None else None)
 
 
-def _grads(ctx, dy, dresidual_out, bwd):
-    normalized, weight, rstd, mean = ctx.saved_tensors
-    need = ctx.needs_input_grad  # (x, weight, bias, residual, ...)
+def _grads(ctx, dy, dresidual_out, bwd, normalized, weight, rstd, mean):
+    norm, eps, weight_offset, x_dtype, residual_dtype, bias_dtype = ctx.meta
+    need_x, need_w, need_b, need_r = ctx.needs_input_grad[:4]  # (x, weight, bias, residual, ...)
     if dy is None:  # only residual_out reached the loss: y's gradient is zero
         if dresidual_out is None:
             return None, None, None, None
         dy = torch.zeros(normalized.shape, dtype=normalized.dtype, device=normalized.device)
-    want_dresidual = ctx.has_residual and need[3]
+    want_dresidual = residual_dtype is not None and need_r
     # dx and dresidual are the same numbers; a second buffer only when dtypes differ.
-    separate_dresidual = want_dresidual and ctx.residual_dtype != ctx.x_dtype
+    separate_dresidual = want_dresidual and residual_dtype is not x_dtype
     if dresidual_out is not None and dresidual_out.numel() == 0:
         dresidual_out = None
+    want_dweight = weight is not None and need_w
+    want_dbias = bias_dtype is not None and need_b
     dx, dweight, dbias, dresidual = bwd(
-        dy, normalized, weight, rstd, mean, dresidual_out, ctx.norm, ctx.eps, ctx.weight_offset, ctx.x_dtype,
-        ctx.residual_dtype if separate_dresidual else None, weight is not None and need[1],
-        ctx.bias_dtype if need[2] else None)
-    grad_x = dx if need[0] else None
-    grad_w = dweight if weight is not None and need[1] else None
-    grad_b = dbias if ctx.bias_dtype is not None and need[2] else None
-    grad_r = (dresidual if separate_dresidual else dx) if want_dresidual else None
-    return grad_x, grad_w, grad_b, grad_r
+        dy, normalized, weight, rstd, mean, dresidual_out, norm, eps, weight_offset, x_dtype,
+        residual_dtype if separate_dresidual else None, want_dweight, bias_dtype if want_dbias else None)
+    # The ops give empty (0,) tensors, not None, for what was not asked for.
+    return (dx if need_x else None, dweight if want_dweight else None, dbias if want_dbias else None,
+            (dresidual if separate_dresidual else dx) if want_dresidual else None)
 
 
 def _op_setup_context(ctx, inputs, output):
     x, weight, bias, residual, norm, eps, weight_offset = inputs[:7]
     _, residual_out, rstd, mean = output
     ctx.set_materialize_grads(False)
-    _setup(ctx, x, weight, bias, residual, norm, eps, weight_offset, residual_out, rstd, mean)
+    # rstd and mean are outputs of the op: saved as tensors (an attribute would
+    # make a reference cycle, and compiled autograd must see them saved). The op
+    # gives empty (0,) tensors for absent stats.
+    ctx.save_for_backward(residual_out if residual is not None else x, weight,
+                          rstd if rstd.numel() else None, mean if mean.numel() else None)
+    _setup(ctx, x, weight, bias, residual, norm, eps, weight_offset)
 
 
 def _op_backward(ctx, dy, dresidual_out, _drstd, _dmean):
-    gx, gw, gb, gr = _grads(ctx, dy, dresidual_out, bwd_op)
+    gx, gw, gb, gr = _grads(ctx, dy, dresidual_out, bwd_op, *ctx.saved_tensors)
     return gx, gw, gb, gr, None, None, None, None, None, None, None
 
 
 torch.library.register_autograd("fusednorm::fwd", _op_backward, setup_context=_op_setup_context)
 
 
+# Up to this many elements the eager autograd path stores no rstd/mean (see
+# _FusedNormFn.forward): such a problem is launch-bound on the device and a few
+# microseconds on the CPU, so re-reading its rows in the backward is free.
+_RECOMPUTE_STATS_MAX_ELEMENTS = 1 << 16
+
+
 class _FusedNormFn(torch.autograd.Function):
     """Eager path: the same implementation and formula as the ops, without the
-    dispatcher round trip. Returns (y, residual_out); residual_out may be None."""
+    dispatcher round trip. apply(x, weight, bias, residual, cfg) with cfg =
+    (norm, eps, weight_offset, out_dtype, residual_dtype, store_residual_out):
+    one tuple rather than six arguments, which apply would scan one by one.
+    Returns (y, residual_out); residual_out may be None."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, residual, norm, eps, weight_offset, out_dtype, residual_dtype,
-                store_residual_out):
+    def forward(ctx, x, weight, bias, residual, cfg):
+        norm, eps, weight_offset, out_dtype, residual_dtype, store_residual_out = cfg
+        # Small problems keep no stats: their backward recomputes rstd (and mean)
+        # from the normalized rows at no measurable cost, and the forward saves
+        # an allocation or two, a large share of its host time at these sizes.
         y, residual_out, rstd, mean = _fwd_impl(x, weight, bias, residual, norm, eps, weight_offset, out_dtype,
-                                                residual_dtype, store_residual_out, True)
+                                                residual_dtype, store_residual_out,
+                                                x.numel() > _RECOMPUTE_STATS_MAX_ELEMENTS)
         ctx.set_materialize_grads(False)
-        _setup(ctx, x, weight, bias, residual, norm, eps, weight_offset, residual_out, rstd, mean)
+        # What autograd must guard goes through save_for_backward: the
+        # normalized tensor (x, an input, or residual_out, an output) and weight,
+        # so that in-place changes to them are caught. rstd and mean are this
+        # call's private buffers, neither inputs nor outputs: a plain attribute
+        # holds them without a cycle and costs less than a saved variable.
+        ctx.save_for_backward(residual_out if residual is not None else x, weight)
+        ctx.stats = (rstd, mean)
+        _setup(ctx, x, weight, bias, residual, norm, eps, weight_offset)
         return y, residual_out
 
     @staticmethod
     def backward(ctx, dy, dresidual_out):
-        gx, gw, gb, gr = _grads(ctx, dy, dresidual_out, _bwd_impl)
-        return gx, gw, gb, gr, None, None, None, None, None, None
+        gx, gw, gb, gr = _grads(ctx, dy, dresidual_out, _bwd_impl, *ctx.saved_tensors, *ctx.stats)
+        return gx, gw, gb, gr, None

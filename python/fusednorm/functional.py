@@ -22,9 +22,11 @@ __all__ = ["rmsnorm", "layernorm", "rmsnorm_fwd", "rmsnorm_bwd", "layernorm_fwd"
 
 _Tensor = torch.Tensor
 _is_compiling = torch.compiler.is_compiling
+_apply = _FusedNormFn.apply
 _grad_enabled = torch.is_grad_enabled
 _SUPPORTED = "torch.float32, torch.float16 or torch.bfloat16"
 _INF = float("inf")
+_F32 = torch.float32
 
 
 def _check_tensor(name, t, fn):
@@ -47,21 +49,30 @@ def _check_device(name, t, x, fn):
 
 def _check_inputs(fn, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset):
     """All the checks of the forward. The common, valid call is recognized by a
-    few cheap tests; anything else goes through the full checks, which raise
-    with the argument named."""
-    if (isinstance(x, _Tensor) and x.dtype in DTYPE_CODE and x.dim() and x.shape[-1]
-            and (x.is_cuda or x.is_cpu)
-            and (weight is None or (isinstance(weight, _Tensor) and weight.dtype in DTYPE_CODE and weight.dim() == 1
-                                    and weight.shape[0] == x.shape[-1] and weight.device == x.device))
-            and (bias is None or (isinstance(bias, _Tensor) and bias.dtype in DTYPE_CODE and bias.dim() == 1
-                                  and bias.shape[0] == x.shape[-1] and bias.device == x.device))
-            and (residual is None or (isinstance(residual, _Tensor) and residual.dtype in DTYPE_CODE
-                                      and residual.shape == x.shape and residual.device == x.device))
+    few cheap tests (each tensor property read once); anything else goes
+    through the full checks, which raise with the argument named."""
+    if (isinstance(x, _Tensor) and x.dtype in DTYPE_CODE and type(eps) is float and 0.0 <= eps < _INF
+            and type(weight_offset) is float and -_INF < weight_offset < _INF
             and (out_dtype is None or out_dtype in DTYPE_CODE)
-            and (residual_dtype is None or residual_dtype in DTYPE_CODE)
-            and type(eps) is float and 0.0 <= eps < _INF and type(weight_offset) is float
-            and -_INF < weight_offset < _INF):
-        return
+            and (residual_dtype is None or residual_dtype in DTYPE_CODE)):
+        shape = x.shape
+        if shape and shape[-1] and (x.is_cuda or x.is_cpu):
+            cols = shape[-1]
+            dev = None
+            if weight is not None:
+                if not (isinstance(weight, _Tensor) and weight.dtype in DTYPE_CODE and weight.shape == (cols,)
+                        and weight.device == (dev := x.device)):
+                    dev = False
+            if bias is not None and dev is not False:
+                if not (isinstance(bias, _Tensor) and bias.dtype in DTYPE_CODE and bias.shape == (cols,)
+                        and bias.device == (dev or x.device)):
+                    dev = False
+            if residual is not None and dev is not False:
+                if not (isinstance(residual, _Tensor) and residual.dtype in DTYPE_CODE and residual.shape == shape
+                        and residual.device == (dev or x.device)):
+                    dev = False
+            if dev is not False:
+                return
     _check_inputs_fully(fn, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset)
 
 
@@ -102,8 +113,10 @@ def _check_inputs_fully(fn, x, weight, bias, residual, out_dtype, residual_dtype
 
 def _norm(fn, norm, x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm, weight_offset):
     _check_inputs(fn, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset)
-    eps = float(eps)
-    weight_offset = float(weight_offset)
+    if type(eps) is not float:
+        eps = float(eps)
+    if type(weight_offset) is not float:
+        weight_offset = float(weight_offset)
     needs_grad = _grad_enabled() and (
         x.requires_grad
         or (weight is not None and weight.requires_grad)
@@ -116,8 +129,8 @@ def _norm(fn, norm, x, weight, bias, residual, out_dtype, residual_dtype, eps, p
         y, residual_out, _, _ = fwd_op(x, weight, bias, residual, norm, eps, weight_offset, out_dtype,
                                        residual_dtype, store_residual_out, needs_grad)
     elif needs_grad:
-        y, residual_out = _FusedNormFn.apply(x, weight, bias, residual, norm, eps, weight_offset, out_dtype,
-                                             residual_dtype, store_residual_out)
+        y, residual_out = _apply(x, weight, bias, residual,
+                                 (norm, eps, weight_offset, out_dtype, residual_dtype, store_residual_out))
     else:  # inference: no autograd node, no stats stored
         y, residual_out, _, _ = _fwd_impl(x, weight, bias, residual, norm, eps, weight_offset, out_dtype,
                                           residual_dtype, store_residual_out, False)
@@ -185,8 +198,41 @@ def layernorm_fwd(x, weight=None, bias=None, residual=None, out_dtype=None, resi
                          store_rstd, weight_offset)
 
 
-def _bwd_explicit(fn, norm, x, weight, dout, rstd, mean, dresidual_out, has_bias, has_residual, eps,
-                  weight_offset, residual_dtype, dx_dtype):
+def _bwd_args_ok(norm, x, weight, dout, rstd, mean, dresidual_out, eps, weight_offset, residual_dtype, dx_dtype):
+    """The common, valid backward call, recognized by cheap tests (each tensor
+    property read once). False sends the call through the full checks."""
+    if not (isinstance(x, _Tensor) and x.dtype in DTYPE_CODE and isinstance(dout, _Tensor)
+            and dout.dtype in DTYPE_CODE and type(eps) is float and 0.0 <= eps < _INF
+            and type(weight_offset) is float and -_INF < weight_offset < _INF
+            and (dx_dtype is None or dx_dtype in DTYPE_CODE)
+            and (residual_dtype is None or residual_dtype in DTYPE_CODE)):
+        return False
+    shape = x.shape
+    if not (shape and shape[-1] and (x.is_cuda or x.is_cpu) and dout.shape == shape):
+        return False
+    dev = x.device
+    if dout.device != dev:
+        return False
+    if weight is not None and not (isinstance(weight, _Tensor) and weight.dtype in DTYPE_CODE
+                                   and weight.shape == (shape[-1],) and weight.device == dev):
+        return False
+    if rstd is not None:
+        rows = x.numel() // shape[-1]
+        if not (isinstance(rstd, _Tensor) and rstd.dtype is _F32 and rstd.numel() == rows and rstd.device == dev):
+            return False
+        if mean is not None:
+            if not (isinstance(mean, _Tensor) and mean.dtype is _F32 and mean.numel() == rows and mean.device == dev):
+                return False
+        elif norm == _lib.LAYERNORM:
+            return False
+    elif mean is not None:
+        return False
+    return dresidual_out is None or (isinstance(dresidual_out, _Tensor) and dresidual_out.dtype in DTYPE_CODE
+                                     and dresidual_out.shape == shape and dresidual_out.device == dev)
+
+
+def _check_bwd_fully(fn, norm, x, weight, dout, rstd, mean, dresidual_out, eps, weight_offset, residual_dtype,
+                     dx_dtype):
     _check_inputs(fn, x, weight, None, None, None, residual_dtype, eps, weight_offset)
     _check_tensor("dout", dout, fn)
     if dout.shape != x.shape:
@@ -212,13 +258,24 @@ def _bwd_explicit(fn, norm, x, weight, dout, rstd, mean, dresidual_out, has_bias
                              f"{tuple(x.shape)}")
         _check_device("dresidual_out", dresidual_out, x, fn)
     _check_dtype_arg("dx_dtype", dx_dtype, fn)
-    dx_dtype = dx_dtype if dx_dtype is not None else x.dtype
+
+
+def _bwd_explicit(fn, norm, x, weight, dout, rstd, mean, dresidual_out, has_bias, has_residual, eps,
+                  weight_offset, residual_dtype, dx_dtype):
+    if not _bwd_args_ok(norm, x, weight, dout, rstd, mean, dresidual_out, eps, weight_offset, residual_dtype,
+                        dx_dtype):
+        _check_bwd_fully(fn, norm, x, weight, dout, rstd, mean, dresidual_out, eps, weight_offset, residual_dtype,
+                         dx_dtype)
+    if dx_dtype is None:
+        dx_dtype = x.dtype
     if rstd is not None and not rstd.is_contiguous():
         rstd = rstd.contiguous()
     if mean is not None and not mean.is_contiguous():
         mean = mean.contiguous()
-    dres_dtype = residual_dtype if residual_dtype is not None else x.dtype
-    separate = has_residual and dres_dtype != dx_dtype
+    separate = False
+    if has_residual:
+        dres_dtype = residual_dtype if residual_dtype is not None else x.dtype
+        separate = dres_dtype is not dx_dtype
     args = (dout, x, weight, rstd, mean, dresidual_out, norm, float(eps), float(weight_offset), dx_dtype,
             dres_dtype if separate else None, weight is not None,
             (weight.dtype if weight is not None else x.dtype) if has_bias else None)

@@ -57,6 +57,29 @@ def test_runs_on_the_current_stream():
     assert_close(y, y_ref, torch.float32, "y")
 
 
+def test_backward_on_a_side_stream_allocates_its_own_workspace():
+    """The cached workspace serves the default stream only; a side stream's
+    backward takes one from torch's allocator (stream-aware), so two streams
+    never share partial sums."""
+    from fusednorm import _ops
+    x = torch.randn(512, 1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn_like(x)
+    ref = fusednorm.rmsnorm_bwd(x, w, dy)  # default stream: fills the cache
+    def cached_pointers():
+        return {k: v[1] for k, v in (_ops._ws_local.__dict__.get("by_device") or {}).items()}
+
+    cached = cached_pointers()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        got = fusednorm.rmsnorm_bwd(x, w, dy)
+    s.synchronize()
+    assert cached and cached_pointers() == cached
+    torch.testing.assert_close(got[0], ref[0], rtol=0, atol=0)
+    torch.testing.assert_close(got[1], ref[1], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("norm", ["rms", "ln"])
 def test_cuda_graph_capture_fwd_bwd(norm):
     fn = fusednorm.rmsnorm if norm == "rms" else fusednorm.layernorm

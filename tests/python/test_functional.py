@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import fusednorm
 from conftest import DTYPES, assert_close, dx_scale, reference
+from fusednorm import _ops
 
 FN = {"rms": fusednorm.rmsnorm, "ln": fusednorm.layernorm}
 EPS = {"rms": 1e-6, "ln": 1e-5}
@@ -268,3 +269,86 @@ def test_layernorm_fwd_bwd(device, recompute):
     assert_close(dx, gx, torch.float16, "dx")
     assert_close(dw, gw, torch.float32, "dweight")
     assert_close(db, gb, torch.float32, "dbias")
+
+
+# ---- the cached backward workspace ---------------------------------------------------
+
+
+def _ws_cached(device):
+    cache = _ops._ws_local.__dict__.get("by_device") or {}
+    return cache.get(device.index if device.type == "cuda" else -1)
+
+
+def _check_rms_bwd(device, shape, dtype=torch.float32):
+    x = rand(shape, dtype, device, 2.0)
+    w = rand(shape[-1:], dtype, device, 0.5, 1.0)
+    dy = rand(shape, dtype, device)
+    dx, dw, _, _ = fusednorm.rmsnorm_bwd(x, w, dy)
+    xl = x.detach().double().requires_grad_(True)
+    wl = w.detach().double().requires_grad_(True)
+    yl, _ = reference("rms", xl, wl, eps=1e-6)
+    gx, gw = torch.autograd.grad(yl, (xl, wl), dy.double())
+    assert_close(dx, gx, dtype, "dx", scale=dx_scale("rms", x, dy, w))
+    assert_close(dw, gw, dtype, "dweight")
+
+
+def test_workspace_is_reused_and_grows(device):
+    """Backward calls on the default stream share one workspace per thread and
+    device: a call that needs more grows it (the library refuses the small one
+    with FUSEDNORM_ERROR_WORKSPACE, writing nothing, and the call is repeated);
+    one that needs less reuses it (poisoned before each reuse by the fixture)."""
+    _ops._ws_local.__dict__.pop("by_device", None)
+    _check_rms_bwd(device, (6, 40))
+    small = _ws_cached(device)
+    assert small is not None and small[2] > 0
+    _check_rms_bwd(device, (6, 40))
+    assert _ws_cached(device)[1] == small[1]  # the same buffer
+    _check_rms_bwd(device, (300, 3000), torch.bfloat16)
+    big = _ws_cached(device)
+    assert big[2] > small[2]
+    _check_rms_bwd(device, (6, 40))
+    assert _ws_cached(device)[1] == big[1]
+
+
+def test_workspace_too_large_to_cache_is_per_call(device, monkeypatch):
+    _ops._ws_local.__dict__.pop("by_device", None)
+    monkeypatch.setattr(_ops, "_WS_CACHE_MAX_BYTES", 0)
+    _check_rms_bwd(device, (9, 72))
+    _check_rms_bwd(device, (9, 72))
+    assert _ws_cached(device) is None
+
+
+def test_backward_from_many_threads(device):
+    """Each thread has its own cached workspace (on the CPU the library runs
+    with the GIL released, so threads really overlap)."""
+    import threading
+    errors = []
+
+    def work(seed):
+        try:
+            for i in range(4):
+                _check_rms_bwd(device, (64 + 16 * seed + i, 256))
+        except Exception as e:  # reported below, with the thread's failure
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("norm", ["rms", "ln"])
+@pytest.mark.parametrize("stats", ["stored", "recomputed"])
+def test_autograd_with_stored_and_recomputed_stats(device, norm, stats, monkeypatch):
+    """The eager autograd path keeps rstd/mean only above a size threshold and
+    recomputes them in the backward below it: both give the reference gradients."""
+    monkeypatch.setattr(_ops, "_RECOMPUTE_STATS_MAX_ELEMENTS", -1 if stats == "stored" else 1 << 40)
+    seen = []
+    real = _ops._fwd_impl
+    monkeypatch.setattr(_ops, "_fwd_impl", lambda *a: seen.append(a[-1]) or real(*a))
+    check_fwd_bwd(norm, device, torch.bfloat16, (37, 96), bias=True, residual=True, prenorm=True,
+                  residual_dtype=torch.float32)
+    check_fwd_bwd(norm, device, torch.float16, (5, 2, 64), bias=True, residual=True)
+    assert seen == [stats == "stored"] * 2
