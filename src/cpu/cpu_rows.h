@@ -232,17 +232,10 @@ CPU_INLINE cpu_u8 cpu_v8_bf16_rounded(const cpu_v8 *v)
     return (is_nan & (u | 0x00400000u)) | (~is_nan & (u + 0x7fffu + ((u >> 16) & 1u)));
 }
 
-/* The block's bytes (bf16: 32, merged from split order; fp32: 64). */
-CPU_INLINE int cpu_blk_bytes(unsigned char *bytes, int bf16, const cpu_v8 *a, const cpu_v8 *b)
+/* bf16: the block merged back from split order into 16 bf16 (32 bytes). */
+CPU_INLINE cpu_u8 cpu_blk_bf16(const cpu_v8 *a, const cpu_v8 *b)
 {
-    if (bf16) {
-        cpu_u8 w = (cpu_v8_bf16_rounded(a) >> 16) | (cpu_v8_bf16_rounded(b) & 0xffff0000u);
-        memcpy(bytes, &w, sizeof w);
-        return 32;
-    }
-    memcpy(bytes, a, sizeof *a);
-    memcpy(bytes + 32, b, sizeof *b);
-    return 64;
+    return (cpu_v8_bf16_rounded(a) >> 16) | (cpu_v8_bf16_rounded(b) & 0xffff0000u);
 }
 
 /* Elements i..i+7 rounded into an fp32 or bf16 row (natural order). */
@@ -386,34 +379,42 @@ CPU_INLINE void cpu_stream_copy(void *dst, const void *src, size_t bytes)
     memcpy(d + i, s + i, bytes - i);
 }
 CPU_INLINE void cpu_stream_fence(void) { _mm_sfence(); }
-/* A block (cpu_blk_ld's order) rounded into row p at element i; `stream`:
- * non-temporal, p + elem_size * i 16-byte aligned. */
-CPU_INLINE void cpu_blk_st(unsigned char *p, int bf16, int64_t i, const cpu_v8 *a, const cpu_v8 *b, int stream)
+/* 32 bytes to d (16-byte aligned), non-temporally. The halves are taken
+ * from the register: through a stack buffer, the 16-byte reloads of a 32-byte
+ * store missed store forwarding and stalled the loop. */
+CPU_INLINE void cpu_stream32(unsigned char *d, const void *v32)
 {
-    unsigned char bytes[64];
-    int len = cpu_blk_bytes(bytes, bf16, a, b);
-    unsigned char *d = p + (bf16 ? 2 : 4) * i;
-    if (!stream) {
-        memcpy(d, bytes, (size_t)len);
-        return;
-    }
-    for (int k = 0; k < len; k += 16) {
-        __m128i q;
-        memcpy(&q, bytes + k, 16);
-        _mm_stream_si128((__m128i *)(void *)(d + k), q);
-    }
+    typedef long long cpu_q4 __attribute__((vector_size(32)));
+    cpu_q4 q;
+    memcpy(&q, v32, sizeof q);
+    __m128i lo = {q[0], q[1]}, hi = {q[2], q[3]};
+    _mm_stream_si128((__m128i *)(void *)d, lo);
+    _mm_stream_si128((__m128i *)(void *)(d + 16), hi);
 }
 #else
 #define CPU_HAVE_STREAM 0
 CPU_INLINE void cpu_stream_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 CPU_INLINE void cpu_stream_fence(void) {}
+CPU_INLINE void cpu_stream32(unsigned char *d, const void *v32) { memcpy(d, v32, 32); }
+#endif
+
+/* A block (cpu_blk_ld's order) rounded into row p at element i; `stream`:
+ * non-temporal, p + elem_size * i 16-byte aligned. */
 CPU_INLINE void cpu_blk_st(unsigned char *p, int bf16, int64_t i, const cpu_v8 *a, const cpu_v8 *b, int stream)
 {
-    unsigned char bytes[64];
-    int len = cpu_blk_bytes(bytes, bf16, a, b);
-    (void)stream;
-    memcpy(p + (bf16 ? 2 : 4) * i, bytes, (size_t)len);
+    if (bf16) {
+        cpu_u8 w = cpu_blk_bf16(a, b);
+        if (stream) cpu_stream32(p + 2 * i, &w);
+        else memcpy(p + 2 * i, &w, sizeof w);
+        return;
+    }
+    if (stream) {
+        cpu_stream32(p + 4 * i, a);
+        cpu_stream32(p + 4 * i + 32, b);
+    } else {
+        memcpy(p + 4 * i, a, sizeof *a);
+        memcpy(p + 4 * i + 32, b, sizeof *b);
+    }
 }
-#endif
 
 #endif
