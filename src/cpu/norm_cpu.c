@@ -548,41 +548,48 @@ CPU_ROW_KERNEL static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float
 /* ---- backward, pipelined ------------------------------------------------
  * With rstd (and mean) given, x and dy both fp32 or both bf16, dx of the same
  * dtype and no residual gradients, a thread runs its rows (one dweight chunk,
- * or one grab) as a pipeline over two pairs of scratch rows: one pass loads
- * row r's x and dy, forms x_hat and g with their row sums and the chunk's
- * dweight/dbias terms, and writes dx of the previous row from its scratch.
- * Each pass reads and writes memory at once (as a copy does). Same arithmetic
- * in the same order as bwd_row: bitwise the same dx and partials. bf16 rows,
- * the weight and the dweight/dbias partials are in split order (cpu_rows.h);
- * reduce_partials puts the partials' sums back in natural order. */
+ * or one grab) as a pipeline: one pass loads row r's x and dy from memory,
+ * forms x_hat and g with their row sums and the chunk's dweight/dbias terms,
+ * and writes dx of the previous row, whose x and dy it reads again (from
+ * cache: they were read one pass earlier). No scratch rows: every pass reads
+ * and writes memory at once, as a copy does, with as few cache-side stores as
+ * possible. Aliasing stays correct: dx may only be exactly x or dy, and each
+ * block of the previous row is read before its dx block is written.
+ * Same arithmetic in the same order as bwd_row: bitwise the same dx and
+ * partials. bf16 blocks, the weight and the dweight/dbias partials are in
+ * split order (cpu_rows.h); reduce_partials puts the partials' sums back in
+ * natural order. */
 
-/* Row r's loads and sums into xs_new/gs_new; when py, also dx of the row in
- * xs_old/gs_old (its rstd and means in prev) stored at py. */
+/* A row's given statistics and its row sums' means. */
 typedef struct bwd_row_state {
-    float rstd, mean_xg, mean_g;
+    float mean, rstd, mean_xg, mean_g;
 } bwd_row_state;
 
+/* Row r (at px, pdy) into the row sums and partials; when py, also dx of the
+ * previous row (at qx, qdy; statistics in prev) stored at py. */
 CPU_INLINE void bwd_pipe_pass(int layernorm, int with_dw, int with_db, int bf16, const unsigned char *px,
-                              const unsigned char *pdy, float mean, float rstd, float *restrict xs_new,
-                              float *restrict gs_new, const float *restrict wf, float *restrict dw_partial,
-                              float *restrict db_partial, float *acc_xg, float *acc_g, unsigned char *py, int stream,
-                              const float *restrict xs_old, const float *restrict gs_old, bwd_row_state prev,
-                              int64_t n, const cpu_prefetch *pf)
+                              const unsigned char *pdy, float mean, float rstd, const float *restrict wf,
+                              float *restrict dw_partial, float *restrict db_partial, float *acc_xg, float *acc_g,
+                              unsigned char *py, int stream, const unsigned char *qx, const unsigned char *qdy,
+                              bwd_row_state prev, int64_t n, const cpu_prefetch *pf)
 {
     cpu_v8 v_xg[2] = {{0}, {0}}, v_g[2] = {{0}, {0}};
     int64_t i = 0;
     for (; i + CPU_LANES <= n; i += CPU_LANES) {
         cpu_prefetch_block(pf, i);
-        cpu_v8 xv[2], dyb[2], dh[2];
+        cpu_v8 xv[2], dyb[2], qxv[2], qdyb[2], dh[2];
         cpu_blk_ld(px, bf16, i, &xv[0], &xv[1]);
         cpu_blk_ld(pdy, bf16, i, &dyb[0], &dyb[1]);
+        if (py) {
+            cpu_blk_ld(qx, bf16, i, &qxv[0], &qxv[1]);
+            cpu_blk_ld(qdy, bf16, i, &qdyb[0], &qdyb[1]);
+        }
         for (int q = 0; q < 2; q++) {
             int64_t j = i + 8 * q;
+            cpu_v8 w = cpu_v8_load(wf + j);
             cpu_v8 xhat = (xv[q] - mean) * rstd;
             cpu_v8 dyv = dyb[q];
-            cpu_v8 g = dyv * cpu_v8_load(wf + j);
-            cpu_v8_store(xs_new + j, &xhat);
-            cpu_v8_store(gs_new + j, &dyv);
+            cpu_v8 g = dyv * w;
             v_xg[q] += xhat * g;
             if (layernorm) v_g[q] += g;
             if (with_dw) {
@@ -593,9 +600,10 @@ CPU_INLINE void bwd_pipe_pass(int layernorm, int with_dw, int with_db, int bf16,
                 cpu_v8 d = cpu_v8_load(db_partial + j) + dyv;
                 cpu_v8_store(db_partial + j, &d);
             }
-            if (py)
-                dh[q] = prev.rstd * ((cpu_v8_load(gs_old + j) * cpu_v8_load(wf + j) - prev.mean_g) -
-                                     cpu_v8_load(xs_old + j) * prev.mean_xg);
+            if (py) {
+                cpu_v8 qxhat = (qxv[q] - prev.mean) * prev.rstd;
+                dh[q] = prev.rstd * ((qdyb[q] * w - prev.mean_g) - qxhat * prev.mean_xg);
+            }
         }
         if (py) cpu_blk_st(py, bf16, i, &dh[0], &dh[1], stream);
     }
@@ -612,16 +620,16 @@ CPU_INLINE void bwd_pipe_pass(int layernorm, int with_dw, int with_db, int bf16,
         float xhat = ((bf16 ? cpu_ld_bf16(px, j) : cpu_ld_f32(px, j)) - mean) * rstd;
         float dyv = bf16 ? cpu_ld_bf16(pdy, j) : cpu_ld_f32(pdy, j);
         float g = dyv * wf[j];
-        xs_new[j] = xhat;
-        gs_new[j] = dyv;
         acc_xg[k] += xhat * g;
         if (layernorm) acc_g[k] += g;
         if (with_dw) dw_partial[j] += dyv * xhat;
         if (with_db) db_partial[j] += dyv;
         if (py) {
-            float dh = prev.rstd * ((gs_old[j] * wf[j] - prev.mean_g) - xs_old[j] * prev.mean_xg);
-            if (bf16) cpu_st_bf16(py, j, dh);
-            else cpu_st_f32(py, j, dh);
+            float qxhat = ((bf16 ? cpu_ld_bf16(qx, j) : cpu_ld_f32(qx, j)) - prev.mean) * prev.rstd;
+            float qdyv = bf16 ? cpu_ld_bf16(qdy, j) : cpu_ld_f32(qdy, j);
+            float dhv = prev.rstd * ((qdyv * wf[j] - prev.mean_g) - qxhat * prev.mean_xg);
+            if (bf16) cpu_st_bf16(py, j, dhv);
+            else cpu_st_f32(py, j, dhv);
         }
     }
 }
@@ -630,40 +638,44 @@ CPU_INLINE void bwd_pipe_pass(int layernorm, int with_dw, int with_db, int bf16,
  * 2 dbias, 3 LayerNorm. */
 #define BWD_PIPE_CASE(C)                                                                                              \
     case C:                                                                                                           \
-        bwd_pipe_pass(((C) >> 3) & 1, ((C) >> 1) & 1, ((C) >> 2) & 1, (C)&1, px, pdy, mean, rstd, xs_new, gs_new, wf, \
-                      dw_partial, db_partial, acc_xg, acc_g, py, stream, xs_old, gs_old, prev, n, pf);                 \
+        bwd_pipe_pass(((C) >> 3) & 1, ((C) >> 1) & 1, ((C) >> 2) & 1, (C)&1, px, pdy, mean, rstd, wf, dw_partial,      \
+                      db_partial, acc_xg, acc_g, py, stream, qx, qdy, prev, n, pf);                                   \
         break;
 
-/* The stored dx of one row from its scratch (the pipeline's last row). */
-CPU_INLINE void bwd_pipe_store(int bf16, unsigned char *py, int stream, const float *restrict xs,
-                               const float *restrict gs, const float *restrict wf, bwd_row_state st, int64_t n)
+/* dx of one row alone (the pipeline's last row). */
+CPU_INLINE void bwd_pipe_store(int bf16, unsigned char *py, int stream, const unsigned char *qx,
+                               const unsigned char *qdy, const float *restrict wf, bwd_row_state st, int64_t n)
 {
     int64_t j = 0;
     for (; j + CPU_LANES <= n; j += CPU_LANES) {
-        cpu_v8 dh[2];
-        for (int q = 0; q < 2; q++)
-            dh[q] = st.rstd * ((cpu_v8_load(gs + j + 8 * q) * cpu_v8_load(wf + j + 8 * q) - st.mean_g) -
-                               cpu_v8_load(xs + j + 8 * q) * st.mean_xg);
+        cpu_v8 xv[2], dyb[2], dh[2];
+        cpu_blk_ld(qx, bf16, j, &xv[0], &xv[1]);
+        cpu_blk_ld(qdy, bf16, j, &dyb[0], &dyb[1]);
+        for (int q = 0; q < 2; q++) {
+            cpu_v8 xhat = (xv[q] - st.mean) * st.rstd;
+            dh[q] = st.rstd * ((dyb[q] * cpu_v8_load(wf + j + 8 * q) - st.mean_g) - xhat * st.mean_xg);
+        }
         cpu_blk_st(py, bf16, j, &dh[0], &dh[1], stream);
     }
     for (; j < n; j++) {
-        float dh = st.rstd * ((gs[j] * wf[j] - st.mean_g) - xs[j] * st.mean_xg);
+        float xhat = ((bf16 ? cpu_ld_bf16(qx, j) : cpu_ld_f32(qx, j)) - st.mean) * st.rstd;
+        float dyv = bf16 ? cpu_ld_bf16(qdy, j) : cpu_ld_f32(qdy, j);
+        float dh = st.rstd * ((dyv * wf[j] - st.mean_g) - xhat * st.mean_xg);
         if (bf16) cpu_st_bf16(py, j, dh);
         else cpu_st_f32(py, j, dh);
     }
 }
 
-/* Rows r0..r1-1 through the pipeline. rows4: the thread's four scratch rows. */
-CPU_ROW_KERNEL static void bwd_pipeline_rows(const fusednorm_bwd_args *a, int64_t r0, int64_t r1, float *rows4,
-                                             int64_t stride, const float *wf, float *dw_partial, float *db_partial,
-                                             int stream_dx)
+/* Rows r0..r1-1 through the pipeline. */
+CPU_ROW_KERNEL static void bwd_pipeline_rows(const fusednorm_bwd_args *a, int64_t r0, int64_t r1, const float *wf,
+                                             float *dw_partial, float *db_partial, int stream_dx)
 {
     int64_t n = a->cols, es = (int64_t)fn_dtype_size(a->x.dtype);
     int layernorm = a->norm == FUSEDNORM_LAYERNORM, bf16 = a->x.dtype == FUSEDNORM_BF16;
     int variant = bf16 | ((dw_partial != NULL) << 1) | ((db_partial != NULL) << 2) | (layernorm << 3);
-    float *xs_old = rows4, *gs_old = rows4 + stride, *xs_new = rows4 + 2 * stride, *gs_new = rows4 + 3 * stride;
-    bwd_row_state prev = {0, 0, 0};
+    bwd_row_state prev = {0, 0, 0, 0};
     unsigned char *py = NULL;
+    const unsigned char *qx = NULL, *qdy = NULL;
     int stream = 0;
     for (int64_t r = r0; r < r1; r++) {
         const unsigned char *px = row_in(&a->x, r), *pdy = row_in(&a->dy, r);
@@ -677,22 +689,19 @@ CPU_ROW_KERNEL static void bwd_pipeline_rows(const fusednorm_bwd_args *a, int64_
             BWD_PIPE_CASE(8) BWD_PIPE_CASE(9) BWD_PIPE_CASE(10) BWD_PIPE_CASE(11)
             BWD_PIPE_CASE(12) BWD_PIPE_CASE(13) BWD_PIPE_CASE(14) default: BWD_PIPE_CASE(15)
         }
+        prev.mean = mean;
         prev.rstd = rstd;
         prev.mean_xg = cpu_lanes_total(acc_xg) / (float)n;
         prev.mean_g = layernorm ? cpu_lanes_total(acc_g) / (float)n : 0.0f;
-        float *t = xs_old;
-        xs_old = xs_new;
-        xs_new = t;
-        t = gs_old;
-        gs_old = gs_new;
-        gs_new = t;
+        qx = px;
+        qdy = pdy;
         py = row_out(&a->dx, r);
         /* Non-temporal stores need 16-byte alignment. */
         stream = stream_dx && ((uintptr_t)py & 15) == 0;
     }
     if (py) {
-        if (bf16) bwd_pipe_store(1, py, stream, xs_old, gs_old, wf, prev, n);
-        else bwd_pipe_store(0, py, stream, xs_old, gs_old, wf, prev, n);
+        if (bf16) bwd_pipe_store(1, py, stream, qx, qdy, wf, prev, n);
+        else bwd_pipe_store(0, py, stream, qx, qdy, wf, prev, n);
     }
 }
 
@@ -755,10 +764,10 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
     float *db_partials = a->dbias.data ? partials + (dw_partials ? plan.chunks * stride : 0) : NULL;
 
     int threads = thread_count(rows, cols);
-    float *scratch = alloc_rows(cols, 1, 4, threads);
+    float *scratch = alloc_rows(cols, 1, 3, threads);
     if (!scratch)
         return fn_error(FUSEDNORM_ERROR_OUT_OF_MEMORY, "fusednorm_bwd: cannot allocate CPU scratch for %d rows of %lld",
-                        4 * threads + 1, (long long)cols);
+                        3 * threads + 1, (long long)cols);
     float *wf = scratch, *thread_rows = scratch + stride;
     prepare_weight(wf, &a->weight, a->weight_offset, cols);
     int pipelined = a->rstd && !a->dresidual_out.data && !a->dresidual.data && a->x.dtype == a->dy.dtype &&
@@ -773,13 +782,13 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
     int64_t grab = rows_per_grab(cols);
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        float *xs = thread_rows + 4 * (int64_t)omp_get_thread_num() * stride;
+        float *xs = thread_rows + 3 * (int64_t)omp_get_thread_num() * stride;
         float *gs = xs + stride, *out = gs + stride;
         if (pipelined && plan.chunks == 0) {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t g = 0; g < (rows + grab - 1) / grab; g++) {
                 int64_t r0 = g * grab, r1 = r0 + grab < rows ? r0 + grab : rows;
-                bwd_pipeline_rows(a, r0, r1, xs, stride, wf, NULL, NULL, stream);
+                bwd_pipeline_rows(a, r0, r1, wf, NULL, NULL, stream);
             }
         } else if (plan.chunks == 0) {
 #pragma omp for schedule(dynamic, grab)
@@ -792,7 +801,7 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
                 float *dbp = db_partials ? db_partials + c * stride : NULL;
                 if (dwp) memset(dwp, 0, (size_t)cols * sizeof(float));
                 if (dbp) memset(dbp, 0, (size_t)cols * sizeof(float));
-                if (pipelined) bwd_pipeline_rows(a, r0, r1, xs, stride, wf, dwp, dbp, stream);
+                if (pipelined) bwd_pipeline_rows(a, r0, r1, wf, dwp, dbp, stream);
                 else
                     for (int64_t r = r0; r < r1; r++) bwd_row(a, r, xs, gs, out, wf, dwp, dbp, stream);
             }
