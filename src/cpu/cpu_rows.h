@@ -224,11 +224,13 @@ CPU_INLINE void cpu_blk_ld(const unsigned char *p, int bf16, int64_t i, cpu_v8 *
     memcpy(b, p + 4 * i + 32, sizeof *b);
 }
 
-/* cpu_f32_to_bf16 lane-wise before its final shift: the bf16 is the high half. */
+/* cpu_f32_to_bf16 lane-wise before its final shift: the bf16 is the high half.
+ * NaN is found by v != v (one compare, no constants: the loops that use this
+ * are short of registers) instead of the magnitude compare, same lanes. */
 CPU_INLINE cpu_u8 cpu_v8_bf16_rounded(const cpu_v8 *v)
 {
     cpu_u8 u = (cpu_u8)*v;
-    cpu_u8 is_nan = (cpu_u8)((cpu_i8)(u & 0x7fffffffu) > 0x7f800000);
+    cpu_u8 is_nan = (cpu_u8)(*v != *v);
     return (is_nan & (u | 0x00400000u)) | (~is_nan & (u + 0x7fffu + ((u >> 16) & 1u)));
 }
 
