@@ -303,16 +303,17 @@ static int64_t take_row(int64_t *shared_next, int64_t *cursor, int64_t *end, int
     return start;
 }
 
-/* mean/rstd of a loaded row from its first sum, as cpu_row_stats; stored. */
+/* mean/rstd of a loaded row from its first sum, as cpu_row_stats; stored.
+ * LayerNorm's variance pass runs in cache, so it prefetches (pf) the row
+ * after: the thread's memory traffic would otherwise pause during it. */
 CPU_INLINE void fwd_pipe_stats(const fusednorm_fwd_args *a, int64_t r, const float *restrict h, float first_sum,
-                               int layernorm, int split, float *mean, float *rstd)
+                               int layernorm, int split, const cpu_prefetch *pf, float *mean, float *rstd)
 {
-    static const cpu_prefetch none = {0, 0, 0, 0};
     float count = (float)a->cols, sum_sq = first_sum;
     *mean = 0.0f;
     if (layernorm) {
         *mean = first_sum / count;
-        sum_sq = cpu_sum_row_order(h, a->cols, 1, *mean, &none, split);
+        sum_sq = cpu_sum_row_order(h, a->cols, 1, *mean, pf, split);
     }
     *rstd = 1.0f / sqrtf(sum_sq / count + a->eps);
     if (a->rstd) a->rstd[r] = *rstd;
@@ -334,7 +335,7 @@ CPU_ROW_KERNEL static void fwd_pipeline_thread(const fusednorm_fwd_args *a, floa
                                     : cpu_load_sum_row(h_cur, row_in(&a->x, cur), 1, 1, n, &pf))
                        : (layernorm ? cpu_load_sum_row(h_cur, row_in(&a->x, cur), 0, 0, n, &pf)
                                     : cpu_load_sum_row(h_cur, row_in(&a->x, cur), 0, 1, n, &pf));
-    fwd_pipe_stats(a, cur, h_cur, first, layernorm, bf16, &mean, &rstd);
+    fwd_pipe_stats(a, cur, h_cur, first, layernorm, bf16, &pf, &mean, &rstd);
     for (;;) {
         unsigned char *py = row_out(&a->y, cur);
         /* Non-temporal stores need 16-byte alignment; a misaligned y row
@@ -355,7 +356,7 @@ CPU_ROW_KERNEL static void fwd_pipeline_thread(const fusednorm_fwd_args *a, floa
         h_cur = h_next;
         h_next = t;
         cur = next;
-        fwd_pipe_stats(a, cur, h_cur, first, layernorm, bf16, &mean, &rstd);
+        fwd_pipe_stats(a, cur, h_cur, first, layernorm, bf16, &next_pf, &mean, &rstd);
     }
 }
 
