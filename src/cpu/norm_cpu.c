@@ -198,35 +198,36 @@ CPU_ROW_KERNEL static void fwd_row(const fusednorm_fwd_args *a, int64_t r, float
 }
 
 /* ---- forward, pipelined ------------------------------------------------
- * Without a residual and with x and y both fp32 or both bf16, each thread
- * keeps two scratch rows: while one row is normalized and written out, the
- * next row the thread takes is loaded and summed in the same pass. Every pass
- * then reads and writes memory at once, as a copy does; one row at a time
- * (a read-only pass, then a write-only one) left half of each thread's
- * memory traffic idle and bf16 at ~45% of copy. Rows are taken from a shared
- * counter in grabs, so the pipeline runs on across grabs. Same arithmetic in
- * the same order as fwd_row: bitwise the same outputs. */
+ * Without a residual and with x and y both fp32 or both bf16: while one row
+ * is normalized and written out, the next row the thread takes is loaded and
+ * summed in the same pass. Every pass then reads and writes memory at once,
+ * as a copy does; one row at a time (a read-only pass, then a write-only one)
+ * left half of each thread's memory traffic idle and bf16 at ~45% of copy.
+ * No scratch rows: the row being written re-reads its x from cache (it was
+ * read one pass earlier), which costs fewer cache-side stores and loads than
+ * an fp32 copy would. y may only be exactly x, and each block is read before
+ * its y block is written, so aliasing stays correct. Rows are taken from a
+ * shared counter in grabs, so the pipeline runs on across grabs. Same
+ * arithmetic in the same order as fwd_row: bitwise the same outputs. bf16
+ * blocks, weight and bias are in split order (cpu_rows.h). */
 
-/* y row (from h_cur, stored non-temporally when `stream`) and, in the same
- * pass, the next x row into h_next; returns the next row's first sum. bf16
- * rows, weight and bias are in split order (cpu_rows.h). */
+/* y row of x row qx (stored non-temporally when `stream`) and, in the same
+ * pass, the next x row px summed; returns the next row's first sum. */
 CPU_INLINE float fwd_pipe_pass(unsigned char *py, int bf16, int stream, int with_bias, int squares,
-                               const float *restrict h_cur, const float *restrict wf, const float *restrict bf,
-                               float mean, float rstd, const unsigned char *px, float *restrict h_next, int64_t n,
-                               const cpu_prefetch *pf)
+                               const unsigned char *qx, const float *restrict wf, const float *restrict bf,
+                               float mean, float rstd, const unsigned char *px, int64_t n, const cpu_prefetch *pf)
 {
     cpu_v8 lo = {0}, hi = {0};
     int64_t i = 0;
     for (; i + CPU_LANES <= n; i += CPU_LANES) {
         cpu_prefetch_block(pf, i);
-        cpu_v8 a, b, v[2];
+        cpu_v8 a, b, h[2], v[2];
         cpu_blk_ld(px, bf16, i, &a, &b);
-        cpu_v8_store(h_next + i, &a);
-        cpu_v8_store(h_next + i + 8, &b);
         lo += squares ? a * a : a;
         hi += squares ? b * b : b;
+        cpu_blk_ld(qx, bf16, i, &h[0], &h[1]);
         for (int q = 0; q < 2; q++) {
-            v[q] = ((cpu_v8_load(h_cur + i + 8 * q) - mean) * rstd) * cpu_v8_load(wf + i + 8 * q);
+            v[q] = ((h[q] - mean) * rstd) * cpu_v8_load(wf + i + 8 * q);
             if (with_bias) v[q] += cpu_v8_load(bf + i + 8 * q);
         }
         cpu_blk_st(py, bf16, i, &v[0], &v[1], stream);
@@ -237,9 +238,9 @@ CPU_INLINE float fwd_pipe_pass(unsigned char *py, int bf16, int stream, int with
     if (bf16) cpu_lanes_unsplit(acc);
     for (int k = 0; i + k < n; k++) {
         float x = bf16 ? cpu_ld_bf16(px, i + k) : cpu_ld_f32(px, i + k);
-        h_next[i + k] = x;
         acc[k] += squares ? x * x : x;
-        float v = ((h_cur[i + k] - mean) * rstd) * wf[i + k];
+        float h = bf16 ? cpu_ld_bf16(qx, i + k) : cpu_ld_f32(qx, i + k);
+        float v = ((h - mean) * rstd) * wf[i + k];
         if (with_bias) v += bf[i + k];
         if (bf16) cpu_st_bf16(py, i + k, v);
         else cpu_st_f32(py, i + k, v);
@@ -248,35 +249,85 @@ CPU_INLINE float fwd_pipe_pass(unsigned char *py, int bf16, int stream, int with
 }
 
 /* The y row alone (a thread's last row). */
-CPU_INLINE void fwd_pipe_store(unsigned char *py, int bf16, int stream, int with_bias, const float *restrict h,
+CPU_INLINE void fwd_pipe_store(unsigned char *py, int bf16, int stream, int with_bias, const unsigned char *qx,
                                const float *restrict wf, const float *restrict bf, float mean, float rstd, int64_t n)
 {
     int64_t i = 0;
     for (; i + CPU_LANES <= n; i += CPU_LANES) {
-        cpu_v8 v[2];
+        cpu_v8 h[2], v[2];
+        cpu_blk_ld(qx, bf16, i, &h[0], &h[1]);
         for (int q = 0; q < 2; q++) {
-            v[q] = ((cpu_v8_load(h + i + 8 * q) - mean) * rstd) * cpu_v8_load(wf + i + 8 * q);
+            v[q] = ((h[q] - mean) * rstd) * cpu_v8_load(wf + i + 8 * q);
             if (with_bias) v[q] += cpu_v8_load(bf + i + 8 * q);
         }
         cpu_blk_st(py, bf16, i, &v[0], &v[1], stream);
     }
     for (; i < n; i++) {
-        float v = ((h[i] - mean) * rstd) * wf[i];
+        float h = bf16 ? cpu_ld_bf16(qx, i) : cpu_ld_f32(qx, i);
+        float v = ((h - mean) * rstd) * wf[i];
         if (with_bias) v += bf[i];
         if (bf16) cpu_st_bf16(py, i, v);
         else cpu_st_f32(py, i, v);
     }
 }
 
+/* The first sum of x row px alone (a thread's first row). */
+CPU_INLINE float fwd_pipe_sum(int bf16, int squares, const unsigned char *px, int64_t n, const cpu_prefetch *pf)
+{
+    cpu_v8 lo = {0}, hi = {0};
+    int64_t i = 0;
+    for (; i + CPU_LANES <= n; i += CPU_LANES) {
+        cpu_prefetch_block(pf, i);
+        cpu_v8 a, b;
+        cpu_blk_ld(px, bf16, i, &a, &b);
+        lo += squares ? a * a : a;
+        hi += squares ? b * b : b;
+    }
+    float acc[CPU_LANES];
+    cpu_v8_store(acc, &lo);
+    cpu_v8_store(acc + 8, &hi);
+    if (bf16) cpu_lanes_unsplit(acc);
+    for (int k = 0; i + k < n; k++) {
+        float x = bf16 ? cpu_ld_bf16(px, i + k) : cpu_ld_f32(px, i + k);
+        acc[k] += squares ? x * x : x;
+    }
+    return cpu_lanes_total(acc);
+}
+
+/* LayerNorm's variance sum of x row px around `mean`, as cpu_sum_row. */
+CPU_INLINE float fwd_pipe_var_sum(int bf16, const unsigned char *px, float mean, int64_t n, const cpu_prefetch *pf)
+{
+    cpu_v8 lo = {0}, hi = {0};
+    int64_t i = 0;
+    for (; i + CPU_LANES <= n; i += CPU_LANES) {
+        cpu_prefetch_block(pf, i);
+        cpu_v8 a, b;
+        cpu_blk_ld(px, bf16, i, &a, &b);
+        a -= mean;
+        b -= mean;
+        lo += a * a;
+        hi += b * b;
+    }
+    float acc[CPU_LANES];
+    cpu_v8_store(acc, &lo);
+    cpu_v8_store(acc + 8, &hi);
+    if (bf16) cpu_lanes_unsplit(acc);
+    for (int k = 0; i + k < n; k++) {
+        float d = (bf16 ? cpu_ld_bf16(px, i + k) : cpu_ld_f32(px, i + k)) - mean;
+        acc[k] += d * d;
+    }
+    return cpu_lanes_total(acc);
+}
+
 /* The variants with their switches as constants: bit 0 bf16, 1 stream,
  * 2 bias, 3 squares (RMSNorm). */
 #define FWD_PIPE_CASE(C)                                                                                              \
     case C:                                                                                                           \
-        return fwd_pipe_pass(py, (C)&1, ((C) >> 1) & 1, ((C) >> 2) & 1, ((C) >> 3) & 1, h_cur, wf, bf, mean, rstd, px, \
-                             h_next, n, pf);
-CPU_INLINE float fwd_pipe_dispatch(int variant, unsigned char *py, const float *restrict h_cur,
-                                   const float *restrict wf, const float *restrict bf, float mean, float rstd,
-                                   const unsigned char *px, float *restrict h_next, int64_t n, const cpu_prefetch *pf)
+        return fwd_pipe_pass(py, (C)&1, ((C) >> 1) & 1, ((C) >> 2) & 1, ((C) >> 3) & 1, qx, wf, bf, mean, rstd, px, n, \
+                             pf);
+CPU_INLINE float fwd_pipe_dispatch(int variant, unsigned char *py, const unsigned char *qx, const float *restrict wf,
+                                   const float *restrict bf, float mean, float rstd, const unsigned char *px,
+                                   int64_t n, const cpu_prefetch *pf)
 {
     switch (variant) {
         FWD_PIPE_CASE(0) FWD_PIPE_CASE(1) FWD_PIPE_CASE(2) FWD_PIPE_CASE(3)
@@ -303,26 +354,25 @@ static int64_t take_row(int64_t *shared_next, int64_t *cursor, int64_t *end, int
     return start;
 }
 
-/* mean/rstd of a loaded row from its first sum, as cpu_row_stats; stored.
+/* mean/rstd of x row px from its first sum, as cpu_row_stats; stored.
  * LayerNorm's variance pass runs in cache, so it prefetches (pf) the row
  * after: the thread's memory traffic would otherwise pause during it. */
-CPU_INLINE void fwd_pipe_stats(const fusednorm_fwd_args *a, int64_t r, const float *restrict h, float first_sum,
-                               int layernorm, int split, const cpu_prefetch *pf, float *mean, float *rstd)
+CPU_INLINE void fwd_pipe_stats(const fusednorm_fwd_args *a, int64_t r, const unsigned char *px, float first_sum,
+                               int layernorm, int bf16, const cpu_prefetch *pf, float *mean, float *rstd)
 {
     float count = (float)a->cols, sum_sq = first_sum;
     *mean = 0.0f;
     if (layernorm) {
         *mean = first_sum / count;
-        sum_sq = cpu_sum_row_order(h, a->cols, 1, *mean, pf, split);
+        sum_sq = bf16 ? fwd_pipe_var_sum(1, px, *mean, a->cols, pf) : fwd_pipe_var_sum(0, px, *mean, a->cols, pf);
     }
     *rstd = 1.0f / sqrtf(sum_sq / count + a->eps);
     if (a->rstd) a->rstd[r] = *rstd;
     if (a->mean) a->mean[r] = *mean;
 }
 
-CPU_ROW_KERNEL static void fwd_pipeline_thread(const fusednorm_fwd_args *a, float *h_cur, float *h_next,
-                                               const float *wf, const float *bf, int stream_y, int64_t *shared_next,
-                                               int64_t grab)
+CPU_ROW_KERNEL static void fwd_pipeline_thread(const fusednorm_fwd_args *a, const float *wf, const float *bf,
+                                               int stream_y, int64_t *shared_next, int64_t grab)
 {
     int64_t n = a->cols, rows = a->rows, cursor = 0, end = 0;
     int layernorm = a->norm == FUSEDNORM_LAYERNORM, bf16 = a->x.dtype == FUSEDNORM_BF16;
@@ -330,12 +380,11 @@ CPU_ROW_KERNEL static void fwd_pipeline_thread(const fusednorm_fwd_args *a, floa
     float mean = 0.0f, rstd = 0.0f;
     int64_t cur = take_row(shared_next, &cursor, &end, grab, rows);
     if (cur < 0) return;
+    const unsigned char *qx = row_in(&a->x, cur);
     cpu_prefetch pf = {row_in(&a->x, cur + 1), NULL, es, 0};
-    float first = bf16 ? (layernorm ? cpu_load_sum_row(h_cur, row_in(&a->x, cur), 1, 0, n, &pf)
-                                    : cpu_load_sum_row(h_cur, row_in(&a->x, cur), 1, 1, n, &pf))
-                       : (layernorm ? cpu_load_sum_row(h_cur, row_in(&a->x, cur), 0, 0, n, &pf)
-                                    : cpu_load_sum_row(h_cur, row_in(&a->x, cur), 0, 1, n, &pf));
-    fwd_pipe_stats(a, cur, h_cur, first, layernorm, bf16, &pf, &mean, &rstd);
+    float first = bf16 ? (layernorm ? fwd_pipe_sum(1, 0, qx, n, &pf) : fwd_pipe_sum(1, 1, qx, n, &pf))
+                       : (layernorm ? fwd_pipe_sum(0, 0, qx, n, &pf) : fwd_pipe_sum(0, 1, qx, n, &pf));
+    fwd_pipe_stats(a, cur, qx, first, layernorm, bf16, &pf, &mean, &rstd);
     for (;;) {
         unsigned char *py = row_out(&a->y, cur);
         /* Non-temporal stores need 16-byte alignment; a misaligned y row
@@ -343,20 +392,19 @@ CPU_ROW_KERNEL static void fwd_pipeline_thread(const fusednorm_fwd_args *a, floa
         int stream = stream_y && ((uintptr_t)py & 15) == 0;
         int64_t next = take_row(shared_next, &cursor, &end, grab, rows);
         if (next < 0) {
-            if (bf16 && bf) fwd_pipe_store(py, 1, stream, 1, h_cur, wf, bf, mean, rstd, n);
-            else if (bf16) fwd_pipe_store(py, 1, stream, 0, h_cur, wf, bf, mean, rstd, n);
-            else if (bf) fwd_pipe_store(py, 0, stream, 1, h_cur, wf, bf, mean, rstd, n);
-            else fwd_pipe_store(py, 0, stream, 0, h_cur, wf, bf, mean, rstd, n);
+            if (bf16 && bf) fwd_pipe_store(py, 1, stream, 1, qx, wf, bf, mean, rstd, n);
+            else if (bf16) fwd_pipe_store(py, 1, stream, 0, qx, wf, bf, mean, rstd, n);
+            else if (bf) fwd_pipe_store(py, 0, stream, 1, qx, wf, bf, mean, rstd, n);
+            else fwd_pipe_store(py, 0, stream, 0, qx, wf, bf, mean, rstd, n);
             return;
         }
+        const unsigned char *px = row_in(&a->x, next);
         cpu_prefetch next_pf = {row_in(&a->x, next + 1), NULL, es, 0};
         int variant = bf16 | (stream << 1) | ((bf != NULL) << 2) | (!layernorm << 3);
-        first = fwd_pipe_dispatch(variant, py, h_cur, wf, bf, mean, rstd, row_in(&a->x, next), h_next, n, &next_pf);
-        float *t = h_cur;
-        h_cur = h_next;
-        h_next = t;
+        first = fwd_pipe_dispatch(variant, py, qx, wf, bf, mean, rstd, px, n, &next_pf);
         cur = next;
-        fwd_pipe_stats(a, cur, h_cur, first, layernorm, bf16, &next_pf, &mean, &rstd);
+        qx = px;
+        fwd_pipe_stats(a, cur, qx, first, layernorm, bf16, &next_pf, &mean, &rstd);
     }
 }
 
@@ -387,8 +435,7 @@ fusednorm_status fn_cpu_fwd(const fusednorm_fwd_args *a)
     int64_t shared_next = 0;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     if (pipelined) {
-        float *h = thread_rows + 2 * (int64_t)omp_get_thread_num() * stride;
-        fwd_pipeline_thread(a, h, h + stride, wf, bf, stream_y, &shared_next, grab);
+        fwd_pipeline_thread(a, wf, bf, stream_y, &shared_next, grab);
         cpu_stream_fence();
     } else {
         float *h = thread_rows + 2 * (int64_t)omp_get_thread_num() * stride, *out = h + stride;
