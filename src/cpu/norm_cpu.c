@@ -372,7 +372,7 @@ CPU_INLINE void fwd_pipe_stats(const fusednorm_fwd_args *a, int64_t r, const uns
 }
 
 CPU_ROW_KERNEL static void fwd_pipeline_thread(const fusednorm_fwd_args *a, const float *wf, const float *bf,
-                                               int stream_y, int64_t *shared_next, int64_t grab)
+                                               int stream_y, int64_t *shared_next, int64_t grab, float *stage)
 {
     int64_t n = a->cols, rows = a->rows, cursor = 0, end = 0;
     int layernorm = a->norm == FUSEDNORM_LAYERNORM, bf16 = a->x.dtype == FUSEDNORM_BF16;
@@ -386,22 +386,27 @@ CPU_ROW_KERNEL static void fwd_pipeline_thread(const fusednorm_fwd_args *a, cons
                        : (layernorm ? fwd_pipe_sum(0, 0, qx, n, &pf) : fwd_pipe_sum(0, 1, qx, n, &pf));
     fwd_pipe_stats(a, cur, qx, first, layernorm, bf16, &pf, &mean, &rstd);
     for (;;) {
-        unsigned char *py = row_out(&a->y, cur);
-        /* Non-temporal stores need 16-byte alignment; a misaligned y row
-         * takes ordinary stores (correct, one read-for-ownership more). */
-        int stream = stream_y && ((uintptr_t)py & 15) == 0;
+        unsigned char *y_row = row_out(&a->y, cur), *py = y_row;
+        /* Non-temporal stores need 16-byte alignment; a misaligned y row is
+         * staged in the thread's scratch row and streamed out from there
+         * (ordinary stores would cost a read-for-ownership). */
+        int stream = stream_y && ((uintptr_t)y_row & 15) == 0, staged = stream_y && !stream;
+        if (staged) py = (unsigned char *)stage;
+        size_t row_bytes = (size_t)n * (size_t)es;
         int64_t next = take_row(shared_next, &cursor, &end, grab, rows);
         if (next < 0) {
             if (bf16 && bf) fwd_pipe_store(py, 1, stream, 1, qx, wf, bf, mean, rstd, n);
             else if (bf16) fwd_pipe_store(py, 1, stream, 0, qx, wf, bf, mean, rstd, n);
             else if (bf) fwd_pipe_store(py, 0, stream, 1, qx, wf, bf, mean, rstd, n);
             else fwd_pipe_store(py, 0, stream, 0, qx, wf, bf, mean, rstd, n);
+            if (staged) cpu_stream_copy(y_row, stage, row_bytes);
             return;
         }
         const unsigned char *px = row_in(&a->x, next);
         cpu_prefetch next_pf = {row_in(&a->x, next + 1), NULL, es, 0};
         int variant = bf16 | (stream << 1) | ((bf != NULL) << 2) | (!layernorm << 3);
         first = fwd_pipe_dispatch(variant, py, qx, wf, bf, mean, rstd, px, n, &next_pf);
+        if (staged) cpu_stream_copy(y_row, stage, row_bytes);
         cur = next;
         qx = px;
         fwd_pipe_stats(a, cur, qx, first, layernorm, bf16, &next_pf, &mean, &rstd);
@@ -435,7 +440,8 @@ fusednorm_status fn_cpu_fwd(const fusednorm_fwd_args *a)
     int64_t shared_next = 0;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     if (pipelined) {
-        fwd_pipeline_thread(a, wf, bf, stream_y, &shared_next, grab);
+        fwd_pipeline_thread(a, wf, bf, stream_y, &shared_next, grab,
+                            thread_rows + 2 * (int64_t)omp_get_thread_num() * stride);
         cpu_stream_fence();
     } else {
         float *h = thread_rows + 2 * (int64_t)omp_get_thread_num() * stride, *out = h + stride;
@@ -716,15 +722,16 @@ CPU_INLINE void bwd_pipe_store(int bf16, unsigned char *py, int stream, const un
 
 /* Rows r0..r1-1 through the pipeline. */
 CPU_ROW_KERNEL static void bwd_pipeline_rows(const fusednorm_bwd_args *a, int64_t r0, int64_t r1, const float *wf,
-                                             float *dw_partial, float *db_partial, int stream_dx)
+                                             float *dw_partial, float *db_partial, int stream_dx, float *stage)
 {
     int64_t n = a->cols, es = (int64_t)fn_dtype_size(a->x.dtype);
     int layernorm = a->norm == FUSEDNORM_LAYERNORM, bf16 = a->x.dtype == FUSEDNORM_BF16;
     int variant = bf16 | ((dw_partial != NULL) << 1) | ((db_partial != NULL) << 2) | (layernorm << 3);
     bwd_row_state prev = {0, 0, 0, 0};
-    unsigned char *py = NULL;
+    unsigned char *py = NULL, *dx_row = NULL;
     const unsigned char *qx = NULL, *qdy = NULL;
-    int stream = 0;
+    int stream = 0, staged = 0;
+    size_t row_bytes = (size_t)n * (size_t)es;
     for (int64_t r = r0; r < r1; r++) {
         const unsigned char *px = row_in(&a->x, r), *pdy = row_in(&a->dy, r);
         float rstd = a->rstd[r], mean = a->mean ? a->mean[r] : 0.0f;
@@ -737,19 +744,24 @@ CPU_ROW_KERNEL static void bwd_pipeline_rows(const fusednorm_bwd_args *a, int64_
             BWD_PIPE_CASE(8) BWD_PIPE_CASE(9) BWD_PIPE_CASE(10) BWD_PIPE_CASE(11)
             BWD_PIPE_CASE(12) BWD_PIPE_CASE(13) BWD_PIPE_CASE(14) default: BWD_PIPE_CASE(15)
         }
+        if (staged) cpu_stream_copy(dx_row, stage, row_bytes);
         prev.mean = mean;
         prev.rstd = rstd;
         prev.mean_xg = cpu_lanes_total(acc_xg) / (float)n;
         prev.mean_g = layernorm ? cpu_lanes_total(acc_g) / (float)n : 0.0f;
         qx = px;
         qdy = pdy;
-        py = row_out(&a->dx, r);
-        /* Non-temporal stores need 16-byte alignment. */
-        stream = stream_dx && ((uintptr_t)py & 15) == 0;
+        dx_row = row_out(&a->dx, r);
+        /* Non-temporal stores need 16-byte alignment: a misaligned dx row is
+         * staged in scratch and streamed out from there. */
+        stream = stream_dx && ((uintptr_t)dx_row & 15) == 0;
+        staged = stream_dx && !stream;
+        py = staged ? (unsigned char *)stage : dx_row;
     }
     if (py) {
         if (bf16) bwd_pipe_store(1, py, stream, qx, qdy, wf, prev, n);
         else bwd_pipe_store(0, py, stream, qx, qdy, wf, prev, n);
+        if (staged) cpu_stream_copy(dx_row, stage, row_bytes);
     }
 }
 
@@ -836,7 +848,7 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
 #pragma omp for schedule(dynamic, 1)
             for (int64_t g = 0; g < (rows + grab - 1) / grab; g++) {
                 int64_t r0 = g * grab, r1 = r0 + grab < rows ? r0 + grab : rows;
-                bwd_pipeline_rows(a, r0, r1, wf, NULL, NULL, stream);
+                bwd_pipeline_rows(a, r0, r1, wf, NULL, NULL, stream, out);
             }
         } else if (plan.chunks == 0) {
 #pragma omp for schedule(dynamic, grab)
@@ -849,7 +861,7 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
                 float *dbp = db_partials ? db_partials + c * stride : NULL;
                 if (dwp) memset(dwp, 0, (size_t)cols * sizeof(float));
                 if (dbp) memset(dbp, 0, (size_t)cols * sizeof(float));
-                if (pipelined) bwd_pipeline_rows(a, r0, r1, wf, dwp, dbp, stream);
+                if (pipelined) bwd_pipeline_rows(a, r0, r1, wf, dwp, dbp, stream, out);
                 else
                     for (int64_t r = r0; r < r1; r++) bwd_row(a, r, xs, gs, out, wf, dwp, dbp, stream);
             }
