@@ -10,11 +10,15 @@
  *   dweight  = sum_rows dy * x_hat, dbias = sum_rows dy: '=' by default,
  *   '+=' (existing value read in its dtype, added in fp32) with ACCUMULATE.
  *
- * Every row reads all of its inputs into fp32 scratch before it writes any
- * output, which makes the exact aliasing the API allows (y == x,
+ * The common cases (no residual, one dtype, fp32 or bf16; rstd given in the
+ * backward) run as a row pipeline: one pass writes a row's output while it
+ * reads the thread's next row (see "forward, pipelined" / "backward,
+ * pipelined"); each output block is written after the same row's input block
+ * was read. The other cases read each row's inputs into fp32 scratch before
+ * writing any output. Either way the exact aliasing the API allows (y == x,
  * residual_out == residual or x, dx == dy, dx or dresidual == dresidual_out)
- * correct. Scratch is allocated before anything is written, so an allocation
- * failure leaves every output untouched.
+ * is correct. Scratch is allocated before anything is written, so an
+ * allocation failure leaves every output untouched.
  *
  * Determinism: rows are split into a fixed number of chunks that depends only
  * on (rows, cols), never on the thread count. Each chunk sums its rows, in
