@@ -72,6 +72,12 @@ static const unsigned char *row_in(const fusednorm_tensor *t, int64_t r)
 {
     return (const unsigned char *)t->data + (size_t)r * (size_t)t->row_stride * fn_dtype_size(t->dtype);
 }
+/* The row after r, for prefetching; NULL past the last row (its address may
+ * not exist: a single row may have any stride). */
+static const unsigned char *row_next(const fusednorm_tensor *t, int64_t r, int64_t rows)
+{
+    return r + 1 < rows ? row_in(t, r + 1) : NULL;
+}
 static unsigned char *row_out(const fusednorm_tensor *t, int64_t r)
 {
     return (unsigned char *)t->data + (size_t)r * (size_t)t->row_stride * fn_dtype_size(t->dtype);
@@ -180,7 +186,7 @@ CPU_ROW_KERNEL static void fwd_row(const fusednorm_fwd_args *a, int64_t r, float
 {
     int64_t n = a->cols;
     int layernorm = a->norm == FUSEDNORM_LAYERNORM;
-    cpu_prefetch pf = {row_in(&a->x, r + 1), a->residual.data ? row_in(&a->residual, r + 1) : NULL,
+    cpu_prefetch pf = {row_next(&a->x, r, a->rows), a->residual.data ? row_next(&a->residual, r, a->rows) : NULL,
                        (int64_t)fn_dtype_size(a->x.dtype), (int64_t)fn_dtype_size(a->residual.dtype)};
     cpu_load_row(h, row_in(&a->x, r), a->x.dtype, n);
     if (a->residual.data) cpu_add_row(h, row_in(&a->residual, r), a->residual.dtype, n);
@@ -385,7 +391,7 @@ CPU_ROW_KERNEL static void fwd_pipeline_thread(const fusednorm_fwd_args *a, cons
     int64_t cur = take_row(shared_next, &cursor, &end, grab, rows);
     if (cur < 0) return;
     const unsigned char *qx = row_in(&a->x, cur);
-    cpu_prefetch pf = {row_in(&a->x, cur + 1), NULL, es, 0};
+    cpu_prefetch pf = {row_next(&a->x, cur, a->rows), NULL, es, 0};
     float first = bf16 ? (layernorm ? fwd_pipe_sum(1, 0, qx, n, &pf) : fwd_pipe_sum(1, 1, qx, n, &pf))
                        : (layernorm ? fwd_pipe_sum(0, 0, qx, n, &pf) : fwd_pipe_sum(0, 1, qx, n, &pf));
     fwd_pipe_stats(a, cur, qx, first, layernorm, bf16, &pf, &mean, &rstd);
@@ -407,7 +413,7 @@ CPU_ROW_KERNEL static void fwd_pipeline_thread(const fusednorm_fwd_args *a, cons
             return;
         }
         const unsigned char *px = row_in(&a->x, next);
-        cpu_prefetch next_pf = {row_in(&a->x, next + 1), NULL, es, 0};
+        cpu_prefetch next_pf = {row_next(&a->x, next, a->rows), NULL, es, 0};
         int variant = bf16 | (stream << 1) | ((bf != NULL) << 2) | (!layernorm << 3);
         first = fwd_pipe_dispatch(variant, py, qx, wf, bf, mean, rstd, px, n, &next_pf);
         if (staged) cpu_stream_copy(y_row, stage, row_bytes);
@@ -551,7 +557,7 @@ CPU_ROW_KERNEL static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float
     float mean, rstd;
     cpu_load_row(xs, row_in(&a->x, r), a->x.dtype, n);
     cpu_load_row(gs, row_in(&a->dy, r), a->dy.dtype, n);
-    cpu_prefetch pf = {row_in(&a->x, r + 1), row_in(&a->dy, r + 1), (int64_t)fn_dtype_size(a->x.dtype),
+    cpu_prefetch pf = {row_next(&a->x, r, a->rows), row_next(&a->dy, r, a->rows), (int64_t)fn_dtype_size(a->x.dtype),
                        (int64_t)fn_dtype_size(a->dy.dtype)};
     if (a->rstd) {
         rstd = a->rstd[r];
@@ -739,7 +745,7 @@ CPU_ROW_KERNEL static void bwd_pipeline_rows(const fusednorm_bwd_args *a, int64_
     for (int64_t r = r0; r < r1; r++) {
         const unsigned char *px = row_in(&a->x, r), *pdy = row_in(&a->dy, r);
         float rstd = a->rstd[r], mean = a->mean ? a->mean[r] : 0.0f;
-        cpu_prefetch next = {row_in(&a->x, r + 1), row_in(&a->dy, r + 1), es, es};
+        cpu_prefetch next = {row_next(&a->x, r, a->rows), row_next(&a->dy, r, a->rows), es, es};
         const cpu_prefetch *pf = &next;
         float acc_xg[CPU_LANES], acc_g[CPU_LANES];
         switch (variant) {
