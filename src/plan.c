@@ -49,7 +49,6 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
              * groups), then any whole number of warps up to 512. */
             for (int tpr = 1; tpr <= 512; tpr = tpr < 32 ? tpr * 2 : tpr + 32) {
                 if (tpr * ept < vec) continue; /* a thread holds at least one vector */
-                if (ept / vec < 1) continue;
                 const int64_t coverage = (int64_t)cluster * tpr * ept;
                 if (coverage < pb->cols) continue;
                 double cost = (double)(coverage - pb->cols) / (double)coverage;

@@ -58,94 +58,94 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
     if (pipe) issue(first, 0);
     int it = 0;
     for (int64_t group = first; group < groups; group += stride, it++) {
-    const int64_t row = group * p.rows_per_block + sub;
-    const bool row_ok = row < p.rows;
+        const int64_t row = group * p.rows_per_block + sub;
+        const bool row_ok = row < p.rows;
 
-    float h[K][VEC];
-    bool ok[K];
-    if (pipe) {
-        issue(group + stride, (it + 1) & 1);
-        cp_async_wait<1>();
-    }
-    const uint4 *sx = stage + (it & 1) * per_stage + threadIdx.x, *sr = sx + K * chx * nthr;
-    #pragma unroll
-    for (int k = 0; k < K; k++) {
-        const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
-        ok[k] = row_ok && col < N;
-        if (ok[k]) {
-            if (pipe) unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, p.dt_x, h[k]);
-            else load_vec<TX, VEC>((const TX *)p.x, row * p.sx + col, h[k]);
-        } else {
-            #pragma unroll
-            for (int j = 0; j < VEC; j++) h[k][j] = 0.0f;
+        float h[K][VEC];
+        bool ok[K];
+        if (pipe) {
+            issue(group + stride, (it + 1) & 1);
+            cp_async_wait<1>();
         }
-    }
-    if (p.res) {
+        const uint4 *sx = stage + (it & 1) * per_stage + threadIdx.x, *sr = sx + K * chx * nthr;
+        #pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
+            ok[k] = row_ok && col < N;
+            if (ok[k]) {
+                if (pipe) unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, p.dt_x, h[k]);
+                else load_vec<TX, VEC>((const TX *)p.x, row * p.sx + col, h[k]);
+            } else {
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) h[k][j] = 0.0f;
+            }
+        }
+        if (p.res) {
+            #pragma unroll
+            for (int k = 0; k < K; k++) {
+                if (!ok[k]) continue;
+                const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
+                float r[VEC];
+                if (pipe) unstage_vector<TX, VEC>(sr + k * chr * nthr, nthr, p.dt_res, r);
+                else load_dyn<TX, VEC>(p.res, p.dt_res, row * p.sres + col, r);
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) h[k][j] += r[j];
+            }
+        }
+        if (p.res_out) {
+            #pragma unroll
+            for (int k = 0; k < K; k++)
+                if (ok[k])
+                    store_dyn<TX, VEC>(p.res_out, p.dt_res_out, row * p.sres_out + slice + ((int64_t)k * tpr + lane) * VEC,
+                                       h[k]);
+        }
+
+        float mean = 0.0f;
+        if (p.is_ln) {
+            float s[1] = {0.0f};
+            #pragma unroll
+            for (int k = 0; k < K; k++)
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) s[0] += h[k][j];
+            row_allreduce<1>(s, sm, buf, tpr, sub, C);
+            mean = s[0] / (float)N;
+        }
+        float q[1] = {0.0f};
+        #pragma unroll
+        for (int k = 0; k < K; k++)
+            if (ok[k])
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) {
+                    const float d = h[k][j] - mean;
+                    q[0] += d * d;
+                }
+        row_allreduce<1>(q, sm, buf, tpr, sub, C);
+        const float rstd = rstd_of(q[0], (float)N, p.eps);
+
+        if (row_ok && lane == 0 && slice == 0) {
+            if (p.rstd) p.rstd[row] = rstd;
+            if (p.mean) p.mean[row] = mean;
+        }
         #pragma unroll
         for (int k = 0; k < K; k++) {
             if (!ok[k]) continue;
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
-            float r[VEC];
-            if (pipe) unstage_vector<TX, VEC>(sr + k * chr * nthr, nthr, p.dt_res, r);
-            else load_dyn<TX, VEC>(p.res, p.dt_res, row * p.sres + col, r);
-            #pragma unroll
-            for (int j = 0; j < VEC; j++) h[k][j] += r[j];
-        }
-    }
-    if (p.res_out) {
-        #pragma unroll
-        for (int k = 0; k < K; k++)
-            if (ok[k])
-                store_dyn<TX, VEC>(p.res_out, p.dt_res_out, row * p.sres_out + slice + ((int64_t)k * tpr + lane) * VEC,
-                                   h[k]);
-    }
-
-    float mean = 0.0f;
-    if (p.is_ln) {
-        float s[1] = {0.0f};
-        #pragma unroll
-        for (int k = 0; k < K; k++)
-            #pragma unroll
-            for (int j = 0; j < VEC; j++) s[0] += h[k][j];
-        row_allreduce<1>(s, sm, buf, tpr, sub, C);
-        mean = s[0] / (float)N;
-    }
-    float q[1] = {0.0f};
-    #pragma unroll
-    for (int k = 0; k < K; k++)
-        if (ok[k])
+            float w[VEC], b[VEC], y[VEC];
+            if (p.w) {
+                load_dyn<TX, VEC>(p.w, p.dt_w, col, w);
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) w[j] += p.w_off;
+            }
+            if (p.b) load_dyn<TX, VEC>(p.b, p.dt_w, col, b);
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
-                const float d = h[k][j] - mean;
-                q[0] += d * d;
+                float v = (h[k][j] - mean) * rstd;
+                if (p.w) v *= w[j];
+                if (p.b) v += b[j];
+                y[j] = v;
             }
-    row_allreduce<1>(q, sm, buf, tpr, sub, C);
-    const float rstd = rstd_of(q[0], (float)N, p.eps);
-
-    if (row_ok && lane == 0 && slice == 0) {
-        if (p.rstd) p.rstd[row] = rstd;
-        if (p.mean) p.mean[row] = mean;
-    }
-    #pragma unroll
-    for (int k = 0; k < K; k++) {
-        if (!ok[k]) continue;
-        const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
-        float w[VEC], b[VEC], y[VEC];
-        if (p.w) {
-            load_dyn<TX, VEC>(p.w, p.dt_w, col, w);
-            #pragma unroll
-            for (int j = 0; j < VEC; j++) w[j] += p.w_off;
+            store_dyn<TX, VEC>(p.y, p.dt_y, row * p.sy + col, y);
         }
-        if (p.b) load_dyn<TX, VEC>(p.b, p.dt_w, col, b);
-        #pragma unroll
-        for (int j = 0; j < VEC; j++) {
-            float v = (h[k][j] - mean) * rstd;
-            if (p.w) v *= w[j];
-            if (p.b) v += b[j];
-            y[j] = v;
-        }
-        store_dyn<TX, VEC>(p.y, p.dt_y, row * p.sy + col, y);
-    }
     }
     if (pipe) cp_async_wait<0>();
     cluster_exit_barrier(C);
