@@ -83,7 +83,9 @@ static unsigned char *row_out(const fusednorm_tensor *t, int64_t r)
     return (unsigned char *)t->data + (size_t)r * (size_t)t->row_stride * fn_dtype_size(t->dtype);
 }
 
-static int64_t padded_cols(int64_t cols) { return (cols + 15) & ~(int64_t)15; }
+/* cols rounded up to 16 floats; saturates instead of overflowing (rows == 0
+ * is valid with any cols, and the workspace size check catches the rest). */
+static int64_t padded_cols(int64_t cols) { return cols > INT64_MAX - 15 ? cols : (cols + 15) & ~(int64_t)15; }
 
 /* fp32 scratch: `shared_rows` rows used by every thread plus `per_thread`
  * rows for each of `threads`. NULL when it cannot be had. */
