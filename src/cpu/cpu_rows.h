@@ -261,6 +261,15 @@ CPU_INLINE void cpu_lanes_unsplit(float *acc)
     }
 }
 
+/* The two 8-lane accumulators into acc[CPU_LANES] in natural lane order
+ * (split: the lanes were accumulated in a row's split order). */
+CPU_INLINE void cpu_lanes_spill(float acc[CPU_LANES], cpu_v8 lo, cpu_v8 hi, int split)
+{
+    cpu_v8_store(acc, &lo);
+    cpu_v8_store(acc + 8, &hi);
+    if (split) cpu_lanes_unsplit(acc);
+}
+
 /* A natural-order fp32 row into split order, and back. */
 CPU_INLINE void cpu_split_row(float *row, int64_t n)
 {
@@ -296,9 +305,7 @@ CPU_INLINE float cpu_load_sum_row(float *restrict h, const unsigned char *p, int
         hi += squares ? b * b : b;
     }
     float acc[CPU_LANES];
-    cpu_v8_store(acc, &lo);
-    cpu_v8_store(acc + 8, &hi);
-    if (bf16) cpu_lanes_unsplit(acc);
+    cpu_lanes_spill(acc, lo, hi, bf16);
     for (int k = 0; i + k < n; k++) {
         float v = bf16 ? cpu_ld_bf16(p, i + k) : cpu_ld_f32(p, i + k);
         h[i + k] = v;
@@ -329,9 +336,7 @@ CPU_INLINE float cpu_sum_row_order(const float *restrict h, int64_t n, int squar
             hi += cpu_v8_load(h + i + 8);
         }
     }
-    cpu_v8_store(acc, &lo);
-    cpu_v8_store(acc + 8, &hi);
-    if (split) cpu_lanes_unsplit(acc);
+    cpu_lanes_spill(acc, lo, hi, split);
     for (int k = 0; i + k < n; k++) {
         float d = h[i + k] - shift;
         acc[k] += squares ? d * d : h[i + k];

@@ -245,9 +245,7 @@ CPU_INLINE float fwd_pipe_pass(unsigned char *py, int bf16, int stream, int with
         cpu_blk_st(py, bf16, i, &v[0], &v[1], stream);
     }
     float acc[CPU_LANES];
-    cpu_v8_store(acc, &lo);
-    cpu_v8_store(acc + 8, &hi);
-    if (bf16) cpu_lanes_unsplit(acc);
+    cpu_lanes_spill(acc, lo, hi, bf16);
     for (int k = 0; i + k < n; k++) {
         float x = bf16 ? cpu_ld_bf16(px, i + k) : cpu_ld_f32(px, i + k);
         acc[k] += squares ? x * x : x;
@@ -296,9 +294,7 @@ CPU_INLINE float fwd_pipe_sum(int bf16, int squares, const unsigned char *px, in
         hi += squares ? b * b : b;
     }
     float acc[CPU_LANES];
-    cpu_v8_store(acc, &lo);
-    cpu_v8_store(acc + 8, &hi);
-    if (bf16) cpu_lanes_unsplit(acc);
+    cpu_lanes_spill(acc, lo, hi, bf16);
     for (int k = 0; i + k < n; k++) {
         float x = bf16 ? cpu_ld_bf16(px, i + k) : cpu_ld_f32(px, i + k);
         acc[k] += squares ? x * x : x;
@@ -321,9 +317,7 @@ CPU_INLINE float fwd_pipe_var_sum(int bf16, const unsigned char *px, float mean,
         hi += b * b;
     }
     float acc[CPU_LANES];
-    cpu_v8_store(acc, &lo);
-    cpu_v8_store(acc + 8, &hi);
-    if (bf16) cpu_lanes_unsplit(acc);
+    cpu_lanes_spill(acc, lo, hi, bf16);
     for (int k = 0; i + k < n; k++) {
         float d = (bf16 ? cpu_ld_bf16(px, i + k) : cpu_ld_f32(px, i + k)) - mean;
         acc[k] += d * d;
