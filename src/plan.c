@@ -20,6 +20,13 @@
  *     (x and dy) in the backward.
  * Past the largest coverage (262144 fwd / 131072 bwd on sm_90 with vector
  * access; 16384 / 8192 without clusters) the two-pass path takes over.
+ *
+ * Without vector access (odd N, misaligned pointers or row pitches), rows of
+ * FN_PLAN_SCALAR_TWO_PASS_COLS or more also take the two-pass path: held in
+ * registers one element at a time, a long row needs so many registers
+ * (addresses and dtype branches per element) that an SM kept one CTA of 9
+ * warps resident (measured 14% of copy bandwidth forward and 5% backward at
+ * N = 4097), while the two-pass kernels stay small and re-read the row from L2.
  */
 #include "plan.h"
 
@@ -39,7 +46,8 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     fn_plan best = {FN_PATH_TWO_PASS, 1, 0, 512, 1, 1, 512};
     const int vec = pb->vec_ok ? 16 / pb->x_bytes : 1;
     best.vec = vec;
-    const int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < 16 ? pb->max_cluster : 16) : 1;
+    int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < 16 ? pb->max_cluster : 16) : 1;
+    if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
     double best_cost = 1e30;
     for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {

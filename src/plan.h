@@ -38,6 +38,9 @@ typedef struct fn_plan {
     int threads;          /* threads per CTA */
 } fn_plan;
 
+/* Rows this long without vector access take the two-pass path (plan.c). */
+#define FN_PLAN_SCALAR_TWO_PASS_COLS 1024
+
 /* The element-per-thread values the kernels are instantiated for. */
 int fn_plan_ept_allowed(int is_bwd, int vec, int ept);
 

@@ -30,6 +30,7 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc)
              (long long)cols, x_bytes, vec_ok, cc);
     const int vec = vec_ok ? 16 / x_bytes : 1;
     ASSERT_EQ_INT(p.vec, vec);
+    if (!vec_ok && cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
     if (p.path == FN_PATH_ROWS_IN_REGISTERS) {
         ASSERT_TRUE(fn_plan_ept_allowed(is_bwd, vec, p.ept));
         ASSERT_TRUE((int64_t)p.cluster * p.tpr * p.ept >= cols);
@@ -41,7 +42,7 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc)
         ASSERT_TRUE(p.tpr * p.ept >= vec);
     } else {
         ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
-        ASSERT_TRUE(cols > max_coverage(is_bwd, vec, cc));
+        ASSERT_TRUE(cols > max_coverage(is_bwd, vec, cc) || (!vec_ok && cols >= FN_PLAN_SCALAR_TWO_PASS_COLS));
         ASSERT_EQ_INT(p.threads, 512);
         ASSERT_EQ_INT(p.rows_per_block, 1);
         ASSERT_EQ_INT(p.cluster, 1);

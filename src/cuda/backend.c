@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #define WS_ALIGN 256
+#define TWO_PASS_SMEM_ACC_BYTES (96 * 1024)
 
 /* ---- per-device facts and occupancy, cached (never shared across devices) -- */
 
@@ -30,6 +31,7 @@ static device_facts g_devices[MAX_DEVICES];
 
 typedef struct occ_entry {
     int used, device, is_bwd, dt_x, dt2, vec, ept, threads, cluster, smem_rows, two_pass; /* dt2: sizes smem */
+    int64_t smem_acc_cols; /* two-pass backward: columns of shared-memory partial sums (0: none) */
     int active;
 } occ_entry;
 static occ_entry g_occ[OCC_CACHE];
@@ -66,11 +68,23 @@ typedef struct device_guard {
     int prev, switched;
 } device_guard;
 
+/* The device count cannot change within a process (CUDA_VISIBLE_DEVICES is
+ * read once, at initialization), so it is asked for once. */
+static pthread_once_t g_count_once = PTHREAD_ONCE_INIT;
+static int g_device_count;
+static cudaError_t g_device_count_error;
+static void read_device_count(void)
+{
+    g_device_count_error = cudaGetDeviceCount(&g_device_count);
+    if (g_device_count_error != cudaSuccess) cudaGetLastError();
+}
+
 static fusednorm_status guard_enter(device_guard *g, int device, const char *fn)
 {
-    int count = 0;
     g->switched = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
+    pthread_once(&g_count_once, read_device_count);
+    const int count = g_device_count;
+    cudaError_t e = g_device_count_error;
     if (e != cudaSuccess || count == 0)
         return fn_error(FUSEDNORM_ERROR_UNSUPPORTED, "%s: no usable CUDA device (%s)", fn,
                         e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
@@ -150,15 +164,17 @@ static fusednorm_status max_active(int device, int is_bwd, const void *params, c
     /* The pipeline stages' shared memory depends on these dtypes. */
     const int dt2 = is_bwd ? bp->dt_x * 4 + bp->dt_dy : (fp->res ? 1 + fp->dt_res : 0);
     const int two_pass = pl->path == FN_PATH_TWO_PASS;
+    const int64_t smem_acc_cols =
+        is_bwd && two_pass && bp->smem_acc ? bp->cols * ((bp->dw != NULL) + (bp->db != NULL)) : 0;
     occ_entry key = {1, device, is_bwd, dt_x, dt2, pl->vec, pl->ept, pl->threads, pl->cluster, pl->rows_per_block > 1,
-                     two_pass, 0};
+                     two_pass, smem_acc_cols, 0};
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < OCC_CACHE && g_occ[i].used; i++) {
         occ_entry *o = &g_occ[i];
         if (o->device == key.device && o->is_bwd == key.is_bwd && o->dt_x == key.dt_x && o->dt2 == key.dt2 &&
             o->vec == key.vec &&
             o->ept == key.ept && o->threads == key.threads && o->cluster == key.cluster &&
-            o->smem_rows == key.smem_rows && o->two_pass == key.two_pass) {
+            o->smem_rows == key.smem_rows && o->two_pass == key.two_pass && o->smem_acc_cols == key.smem_acc_cols) {
             *active = o->active;
             pthread_mutex_unlock(&g_lock);
             return FUSEDNORM_OK;
@@ -203,12 +219,20 @@ static fusednorm_status check_device_pointer(const void *p, const char *name, in
 
 /* Tuning knob for the kernel lab (bench/device.sh lab): FUSEDNORM_PLAN_FWD or
  * FUSEDNORM_PLAN_BWD = "ept,tpr,cluster" replaces the planner's register plan
- * when that shape is instantiated and covers the row. Not for production. */
+ * when that shape is instantiated and covers the row ("0,0,0": two-pass).
+ * Not for production. */
 static void plan_override(const char *var, int is_bwd, int64_t cols, fn_plan *pl)
 {
     const char *v = getenv(var);
     int ept, tpr, cluster;
     if (!v || sscanf(v, "%d,%d,%d", &ept, &tpr, &cluster) != 3) return;
+    if (ept == 0) { /* "0,0,0": the two-pass path */
+        pl->path = FN_PATH_TWO_PASS;
+        pl->ept = 0;
+        pl->tpr = pl->threads = 512;
+        pl->rows_per_block = pl->cluster = 1;
+        return;
+    }
     if (!fn_plan_ept_allowed(is_bwd, pl->vec, ept) || tpr < 1 || tpr > 512 || (tpr > 32 && tpr % 32) ||
         (tpr < 32 && (tpr & (tpr - 1))) || cluster < 1 || cluster > 16 || (int64_t)ept * tpr * cluster < cols)
         return;
@@ -409,6 +433,10 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
         pl->rows_per_block = p->rows_per_block = 1;
         pl->cluster = p->cluster = 1;
         pl->threads = 512;
+        /* dweight/dbias partials in shared memory when they fit beside two
+         * resident CTAs; else read-modify-written in the workspace. */
+        const size_t acc_bytes = (size_t)((p->dw != NULL) + (p->db != NULL)) * (size_t)a->cols * sizeof(float);
+        p->smem_acc = acc_bytes > 0 && acc_bytes <= TWO_PASS_SMEM_ACC_BYTES;
         if (a->rows > 0) {
             s = max_active(a->device, 1, p, pl, fn, &active);
             if (s != FUSEDNORM_OK) return s;
@@ -501,7 +529,7 @@ fusednorm_status fn_cuda_bwd(const fusednorm_bwd_args *a)
         const size_t part_bytes = (size_t)p->partials * row_bytes;
         if (p->dw) p->ws_dw = align_ws(&cursor, part_bytes);
         if (p->db) p->ws_db = align_ws(&cursor, part_bytes);
-        if (st.plan.path == FN_PATH_TWO_PASS && a->rows > 0) { /* partial rows are read-modify-written */
+        if (st.plan.path == FN_PATH_TWO_PASS && !p->smem_acc && a->rows > 0) { /* partial rows are read-modify-written */
             if (p->dw) e = cudaMemsetAsync(p->ws_dw, 0, part_bytes, stream);
             if (e == cudaSuccess && p->db) e = cudaMemsetAsync(p->ws_db, 0, part_bytes, stream);
         }

@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 #include <cooperative_groups.h>
 #include <stdint.h>
+#include <type_traits>
 
 #include "kernel_params.h"
 
@@ -23,8 +24,12 @@ namespace fn {
 
 namespace cg = cooperative_groups;
 
-/* Largest two-stage input pipeline per CTA (bytes of shared memory). */
+/* Input pipeline depth: rows in flight while one is reduced and written
+ * (FN_STAGES - 1 of them), and its largest size per CTA in shared memory. */
+constexpr int FN_STAGES = 3;
 constexpr size_t FN_MAX_STAGE_BYTES = 96 * 1024;
+/* Largest dynamic shared memory of a rows kernel: stages plus weight cache. */
+constexpr size_t FN_MAX_ROWS_SMEM_BYTES = 160 * 1024;
 
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
@@ -265,6 +270,36 @@ __device__ __forceinline__ void unstage_vector(const uint4 *slot, int stride, in
         const TX *e = reinterpret_cast<const TX *>(&u);
         #pragma unroll
         for (int j = 0; j < VEC; j++) out[j] = to_f32(e[j]);
+    }
+}
+
+/* Fills cache[c] = f(slice + c) for the CTA's tpr*EPT columns (0 past N), once
+ * per kernel, then a barrier: the weights become fp32 in shared memory so that
+ * each row reads them with two 16-byte loads per 8 columns instead of a global
+ * load, a conversion and an add per column. */
+__device__ __forceinline__ void fill_column_cache(float *cache, const void *src, int dt, float add, int64_t slice,
+                                                  int cols, int64_t N)
+{
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const int64_t col = slice + c;
+        cache[c] = col < N ? load_any(src, dt, col) + add : 0.0f;
+    }
+}
+
+template <int VEC> __device__ __forceinline__ void read_cache(const float *cache, int c, float (&v)[VEC])
+{
+    if constexpr (VEC % 4 == 0) {
+        #pragma unroll
+        for (int q = 0; q < VEC / 4; q++) {
+            const float4 f = *reinterpret_cast<const float4 *>(cache + c + 4 * q);
+            v[4 * q] = f.x;
+            v[4 * q + 1] = f.y;
+            v[4 * q + 2] = f.z;
+            v[4 * q + 3] = f.w;
+        }
+    } else {
+        #pragma unroll
+        for (int j = 0; j < VEC; j++) v[j] = cache[c + j];
     }
 }
 

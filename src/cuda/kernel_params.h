@@ -25,6 +25,8 @@ typedef struct fn_fwd_params {
     int dt_x, dt_res, dt_w, dt_y, dt_res_out;
     int tpr, rows_per_block, cluster; /* from the plan */
     int pipe;                         /* set by the launcher: stage the next rows in shared memory */
+    int wcache, wcache_off;           /* set by the launcher: (w + w_off) and b of the CTA's columns held in
+                                       * shared memory as fp32, at this byte offset of the dynamic area */
 } fn_fwd_params;
 
 typedef struct fn_bwd_params {
@@ -39,7 +41,9 @@ typedef struct fn_bwd_params {
     int dt_dx, dt_x, dt_dy, dt_w, dt_dres_out, dt_dres, dt_dw, dt_db; /* dt_dx: the kernels' TX */
     int tpr, rows_per_block, cluster;
     int pipe;                         /* set by the launcher: stage the next rows in shared memory */
+    int wcache, wcache_off;           /* as in fn_fwd_params: (w + w_off) of the CTA's columns in shared memory */
     int partials;                     /* number of fp32 partial rows in the workspace */
+    int smem_acc;                     /* two-pass: partial sums in shared memory, each partial row written once */
 } fn_bwd_params;
 
 /* Launchers: return 0 or a cudaError_t value. `stream` is a cudaStream_t.

@@ -19,10 +19,12 @@
  * fused) may be TX or fp32, like dy, dresidual_out and dresidual.
  *
  * Kernels: norm_bwd_rows_in_registers (row slices in registers, clusters on
- * sm_90, as in the forward) and norm_bwd_two_pass (any N; re-reads the row,
- * partial rows read-modify-written in the workspace, which the launcher zeroes).
+ * sm_90, as in the forward) and norm_bwd_two_pass (any N, any alignment;
+ * re-reads the row; partial sums in shared memory when they fit, else
+ * read-modify-written in workspace rows that the launcher zeroes).
  */
 #include "common.cuh"
+#include "launch.cuh"
 
 namespace fn {
 
@@ -67,13 +69,26 @@ __device__ __forceinline__ void write_partial_row(float (&acc)[EPT / VEC][VEC], 
     }
 }
 
-template <typename TX, int VEC, int EPT>
+/* PIPE (16-byte vectors, stages within FN_MAX_STAGE_BYTES): the next row
+ * groups' x and dy stream into shared memory (cp.async) while this one is
+ * reduced and written, and each pass over the row reads its x and dy back
+ * from the stage. Otherwise x and dy are loaded once into registers and held.
+ *
+ * The kernel is bound by instruction issue more than by memory (ncu at
+ * N = 4096 bf16: 0.70 warps issued per scheduler cycle at 38% of DRAM
+ * bandwidth), so the per-element work is kept small: (w + w_off) comes from
+ * a shared-memory fp32 cache (p.wcache), LayerNorm's extra terms and the
+ * dbias accumulation are skipped when not asked for (uniform branches, the
+ * row body specialized on LN), and the arithmetic is folded into FMAs. */
+template <typename TX, int VEC, int EPT, bool PIPE>
 __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_params p)
 {
     constexpr int K = EPT / VEC;
+    static_assert(!PIPE || VEC > 1, "the pipeline moves 16-byte vectors");
     __shared__ RowReduceSmem sm;
-    /* Dynamic shared memory: the two pipeline stages during the row loop, then
-     * [rows_per_block][tpr*EPT] fp32 partials when rows_per_block > 1. */
+    /* Dynamic shared memory: the pipeline stages during the row loop, then
+     * [rows_per_block][tpr*EPT] fp32 partials when rows_per_block > 1; the
+     * weight cache after both, at p.wcache_off. */
     extern __shared__ __align__(16) unsigned char dyn_smem[];
     float *subrow_partials = reinterpret_cast<float *>(dyn_smem);
     int buf = 0;
@@ -85,6 +100,12 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
     const float inv_n = 1.0f / (float)N;
     const bool want_w = p.dw != nullptr, want_b = p.db != nullptr;
 
+    float *wc = reinterpret_cast<float *>(dyn_smem + p.wcache_off);
+    if (p.wcache) {
+        fill_column_cache(wc, p.w, p.dt_w, p.w_off, slice, tpr * EPT, N);
+        __syncthreads();
+    }
+
     bool col_ok[K];
     #pragma unroll
     for (int k = 0; k < K; k++) col_ok[k] = slice + ((int64_t)k * tpr + lane) * VEC < N;
@@ -95,9 +116,6 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
         #pragma unroll
         for (int j = 0; j < VEC; j++) dw[k][j] = db[k][j] = 0.0f;
 
-    /* With vector access, the next row group's x and dy stream into shared
-     * memory (cp.async) while this one is reduced and written. */
-    const bool pipe = VEC > 1 && p.pipe;
     uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
     const int nthr = blockDim.x, chx = chunks_of<TX, VEC>(p.dt_x), chy = chunks_of<TX, VEC>(p.dt_dy);
     const int per_stage = K * (chx + chy) * nthr; /* uint4 per stage */
@@ -115,108 +133,152 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
         }
         cp_async_commit();
     };
-    if (pipe) issue(cid, 0);
+    if constexpr (PIPE)
+        #pragma unroll
+        for (int st = 0; st < FN_STAGES - 1; st++) issue(cid + st * nclusters, st);
 
-    int it = 0;
-    for (int64_t g = cid; g < groups; g += nclusters, it++) {
+    /* g = dy * (w + w_off) for vector k (dy alone without a weight). */
+    auto weight_of = [&](int k, float (&w)[VEC]) {
+        const int c = (k * tpr + lane) * VEC;
+        if (p.wcache) {
+            read_cache<VEC>(wc, c, w);
+        } else if (p.w && col_ok[k]) {
+            load_dyn<TX, VEC>(p.w, p.dt_w, slice + c, w);
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) w[j] += p.w_off;
+        } else {
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) w[j] = 1.0f;
+        }
+    };
+
+    /* One row group; LN is a compile-time tag so that RMSNorm carries none of
+     * LayerNorm's mean terms. */
+    auto row_body = [&](auto ln_tag, int64_t g, int it) {
+        constexpr bool LN = decltype(ln_tag)::value;
         const int64_t row = g * rpb + sub;
         const bool row_ok = row < p.rows;
-        float x[K][VEC], dy[K][VEC];
-        if (pipe) {
-            issue(g + nclusters, (it + 1) & 1);
-            cp_async_wait<1>();
-        }
-        #pragma unroll
-        for (int k = 0; k < K; k++) {
-            const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
-            if (row_ok && col_ok[k]) {
-                if (pipe) {
-                    const uint4 *sx = stage + (it & 1) * per_stage + threadIdx.x, *sy = sx + K * chx * nthr;
-                    unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, p.dt_x, x[k]);
-                    unstage_vector<TX, VEC>(sy + k * chy * nthr, nthr, p.dt_dy, dy[k]);
+        /* Without the pipeline x and dy are held here for the whole row. */
+        float xr[PIPE ? 1 : K][VEC], dyr[PIPE ? 1 : K][VEC];
+        const int cur = it % FN_STAGES;
+        if constexpr (PIPE) {
+            issue(g + (FN_STAGES - 1) * nclusters, (it + FN_STAGES - 1) % FN_STAGES);
+            cp_async_wait<FN_STAGES - 1>();
+        } else {
+            #pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
+                if (row_ok && col_ok[k]) {
+                    load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, xr[k]);
+                    load_dyn<TX, VEC>(p.dy, p.dt_dy, row * p.sdy + col, dyr[k]);
                 } else {
-                    load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, x[k]);
-                    load_dyn<TX, VEC>(p.dy, p.dt_dy, row * p.sdy + col, dy[k]);
+                    #pragma unroll
+                    for (int j = 0; j < VEC; j++) xr[k][j] = dyr[k][j] = 0.0f;
+                }
+            }
+        }
+        const uint4 *sx = stage + cur * per_stage + threadIdx.x, *sy = sx + K * chx * nthr;
+        /* x and dy of vector k of this row (zeros where the row or column is out of range). */
+        auto fetch = [&](int k, float (&x)[VEC], float (&dy)[VEC]) {
+            if constexpr (PIPE) {
+                if (row_ok && col_ok[k]) {
+                    unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, p.dt_x, x);
+                    unstage_vector<TX, VEC>(sy + k * chy * nthr, nthr, p.dt_dy, dy);
+                } else {
+                    #pragma unroll
+                    for (int j = 0; j < VEC; j++) x[j] = dy[j] = 0.0f;
                 }
             } else {
                 #pragma unroll
-                for (int j = 0; j < VEC; j++) x[k][j] = dy[k][j] = 0.0f;
+                for (int j = 0; j < VEC; j++) {
+                    x[j] = xr[k < K ? k : 0][j];
+                    dy[j] = dyr[k < K ? k : 0][j];
+                }
             }
-        }
+        };
 
         float mean = 0.0f, rstd = 0.0f;
         if (p.rstd) {
             if (row_ok) {
                 rstd = p.rstd[row];
-                if (p.is_ln) mean = p.mean[row];
+                if constexpr (LN) mean = p.mean[row];
             }
         } else {
-            if (p.is_ln) {
+            if constexpr (LN) {
                 float s[1] = {0.0f};
                 #pragma unroll
-                for (int k = 0; k < K; k++)
+                for (int k = 0; k < K; k++) {
+                    float x[VEC], dy[VEC];
+                    fetch(k, x, dy);
                     #pragma unroll
-                    for (int j = 0; j < VEC; j++) s[0] += x[k][j];
+                    for (int j = 0; j < VEC; j++) s[0] += x[j];
+                }
                 row_allreduce<1>(s, sm, buf, tpr, sub, C);
                 mean = s[0] / (float)N;
             }
             float q[1] = {0.0f};
             #pragma unroll
-            for (int k = 0; k < K; k++)
-                if (row_ok && col_ok[k])
-                    #pragma unroll
-                    for (int j = 0; j < VEC; j++) q[0] += (x[k][j] - mean) * (x[k][j] - mean);
+            for (int k = 0; k < K; k++) {
+                if (!(row_ok && col_ok[k])) continue;
+                float x[VEC], dy[VEC];
+                fetch(k, x, dy);
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) q[0] += (x[j] - mean) * (x[j] - mean);
+            }
             row_allreduce<1>(q, sm, buf, tpr, sub, C);
             rstd = rstd_of(q[0], (float)N, p.eps);
         }
+        /* x_hat = (x - mean) * rstd; for RMSNorm x * rstd. */
+        auto xhat = [&](float x) { return LN ? (x - mean) * rstd : x * rstd; };
 
-        /* x becomes x_hat in place; the sums need g = dy*(w+w_off). */
         float s[2] = {0.0f, 0.0f};
         #pragma unroll
         for (int k = 0; k < K; k++) {
-            const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
-            float w[VEC];
-            if (p.w && col_ok[k]) load_dyn<TX, VEC>(p.w, p.dt_w, col, w);
+            float x[VEC], dy[VEC], w[VEC];
+            fetch(k, x, dy);
+            weight_of(k, w);
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
-                x[k][j] = (x[k][j] - mean) * rstd;
-                const float gv = p.w ? dy[k][j] * (w[j] + p.w_off) : dy[k][j];
-                s[0] += x[k][j] * gv;
-                s[1] += gv;
+                const float gv = dy[j] * w[j];
+                s[0] = fmaf(xhat(x[j]), gv, s[0]);
+                if constexpr (LN) s[1] += gv;
             }
         }
-        if (p.is_ln) {
-            row_allreduce<2>(s, sm, buf, tpr, sub, C);
-        } else {
-            float s1[1] = {s[0]};
-            row_allreduce<1>(s1, sm, buf, tpr, sub, C);
-            s[0] = s1[0];
-            s[1] = 0.0f;
-        }
-        const float c1 = s[0] * inv_n, c2 = s[1] * inv_n;
+        row_allreduce<LN ? 2 : 1>(*reinterpret_cast<float(*)[LN ? 2 : 1]>(s), sm, buf, tpr, sub, C);
+        /* dx = rstd * (g - c2 - x_hat * c1) = g * rstd - x_hat * (c1 * rstd) - c2 * rstd */
+        const float c1r = s[0] * inv_n * rstd, c2r = LN ? s[1] * inv_n * rstd : 0.0f;
 
         #pragma unroll
         for (int k = 0; k < K; k++) {
             if (!(row_ok && col_ok[k])) continue;
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
-            float w[VEC], dres[VEC], dx[VEC];
-            if (p.w) load_dyn<TX, VEC>(p.w, p.dt_w, col, w);
+            float x[VEC], dy[VEC], w[VEC], dres[VEC], dx[VEC];
+            fetch(k, x, dy);
+            weight_of(k, w);
             if (p.dres_out) load_dyn<TX, VEC>(p.dres_out, p.dt_dres_out, row * p.sdres_out + col, dres);
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
-                const float gv = p.w ? dy[k][j] * (w[j] + p.w_off) : dy[k][j];
-                float v = rstd * (gv - c2 - x[k][j] * c1);
+                const float xh = xhat(x[j]);
+                float v = fmaf(-xh, c1r, fmaf(dy[j] * w[j], rstd, -c2r));
                 if (p.dres_out) v += dres[j];
                 dx[j] = v;
-                dw[k][j] += dy[k][j] * x[k][j];
-                db[k][j] += dy[k][j];
+                dw[k][j] = fmaf(dy[j], xh, dw[k][j]);
             }
+            if (want_b)
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) db[k][j] += dy[j];
             store_vec<TX, VEC>((TX *)p.dx, row * p.sdx + col, dx);
             if (p.dres) store_dyn<TX, VEC>(p.dres, p.dt_dres, row * p.sdres + col, dx);
         }
-    }
+    };
 
-    if (pipe) cp_async_wait<0>();
+    int it = 0;
+    if (p.is_ln)
+        for (int64_t g = cid; g < groups; g += nclusters, it++) row_body(std::true_type{}, g, it);
+    else
+        for (int64_t g = cid; g < groups; g += nclusters, it++) row_body(std::false_type{}, g, it);
+
+    if constexpr (PIPE) cp_async_wait<0>();
     /* One partial row per cluster: first the rows of this CTA are summed in
      * fixed order (sub 0, 1, ...) through shared memory. */
     if (want_w) write_partial_row<VEC, EPT>(dw, p.ws_dw, p, subrow_partials, sub, lane, slice, cid, col_ok);
@@ -224,13 +286,39 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
     cluster_exit_barrier(C);
 }
 
+/* Any N. One CTA per row at a time (grid-stride), the row read again for each
+ * pass (from L2 when the rows in flight fit it). A thread owns the same
+ * columns in every row, so it accumulates their dweight/dbias partials with
+ * no synchronization: in shared memory when they fit (p.smem_acc; the
+ * partial row is written once at the end), else read-modify-written in the
+ * block's workspace row (zeroed by the launcher). */
 template <typename TX, int VEC>
 __global__ void __launch_bounds__(512) norm_bwd_two_pass(const fn_bwd_params p)
 {
+    /* One element at a time, unrolling keeps several loads in flight; 16-byte
+     * vectors already do, and unrolling them costs residency. */
+    constexpr int UNROLL = VEC == 1 ? 4 : 1, UNROLL_OUT = VEC == 1 ? 2 : 1;
     __shared__ RowReduceSmem sm;
+    extern __shared__ __align__(16) unsigned char dyn_smem[];
     int buf = 0;
     const int64_t N = p.cols, step = (int64_t)blockDim.x * VEC, first = (int64_t)threadIdx.x * VEC;
     const float inv_n = 1.0f / (float)N;
+    float *acc_w = nullptr, *acc_b = nullptr;
+    if (p.smem_acc) {
+        acc_w = p.dw ? reinterpret_cast<float *>(dyn_smem) : nullptr;
+        acc_b = p.db ? reinterpret_cast<float *>(dyn_smem) + (p.dw ? N : 0) : nullptr;
+        for (int64_t col = first; col < N; col += step)
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                if (acc_w) acc_w[col + j] = 0.0f;
+                if (acc_b) acc_b[col + j] = 0.0f;
+            }
+    } else {
+        const int64_t at = p.atomic ? 0 : (int64_t)blockIdx.x * N;
+        acc_w = p.dw ? p.ws_dw + at : nullptr;
+        acc_b = p.db ? p.ws_db + at : nullptr;
+    }
+    const bool rmw_atomic = p.atomic && !p.smem_acc;
     for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
         float mean = 0.0f, rstd;
         if (p.rstd) {
@@ -239,6 +327,7 @@ __global__ void __launch_bounds__(512) norm_bwd_two_pass(const fn_bwd_params p)
         } else {
             if (p.is_ln) {
                 float s[1] = {0.0f};
+                #pragma unroll UNROLL
                 for (int64_t col = first; col < N; col += step) {
                     float v[VEC];
                     load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, v);
@@ -249,6 +338,7 @@ __global__ void __launch_bounds__(512) norm_bwd_two_pass(const fn_bwd_params p)
                 mean = s[0] / (float)N;
             }
             float q[1] = {0.0f};
+            #pragma unroll UNROLL
             for (int64_t col = first; col < N; col += step) {
                 float v[VEC];
                 load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, v);
@@ -259,6 +349,7 @@ __global__ void __launch_bounds__(512) norm_bwd_two_pass(const fn_bwd_params p)
             rstd = rstd_of(q[0], (float)N, p.eps);
         }
         float s[2] = {0.0f, 0.0f};
+        #pragma unroll UNROLL
         for (int64_t col = first; col < N; col += step) {
             float v[VEC], dy[VEC], w[VEC];
             load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, v);
@@ -273,6 +364,7 @@ __global__ void __launch_bounds__(512) norm_bwd_two_pass(const fn_bwd_params p)
         }
         row_allreduce<2>(s, sm, buf, blockDim.x, 0, 1);
         const float c1 = s[0] * inv_n, c2 = p.is_ln ? s[1] * inv_n : 0.0f;
+        #pragma unroll UNROLL_OUT
         for (int64_t col = first; col < N; col += step) {
             float v[VEC], dy[VEC], w[VEC], dres[VEC], dx[VEC];
             load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, v);
@@ -286,77 +378,62 @@ __global__ void __launch_bounds__(512) norm_bwd_two_pass(const fn_bwd_params p)
                 float d = rstd * (gv - c2 - xh * c1);
                 if (p.dres_out) d += dres[j];
                 dx[j] = d;
-                /* Each column of this block's partial row belongs to one thread. */
-                const int64_t at = (p.atomic ? 0 : (int64_t)blockIdx.x * N) + col + j;
-                if (p.dw) {
-                    if (p.atomic) atomicAdd(p.ws_dw + at, dy[j] * xh);
-                    else p.ws_dw[at] += dy[j] * xh;
-                }
-                if (p.db) {
-                    if (p.atomic) atomicAdd(p.ws_db + at, dy[j]);
-                    else p.ws_db[at] += dy[j];
+                if (rmw_atomic) {
+                    if (acc_w) atomicAdd(acc_w + col + j, dy[j] * xh);
+                    if (acc_b) atomicAdd(acc_b + col + j, dy[j]);
+                } else {
+                    if (acc_w) acc_w[col + j] += dy[j] * xh;
+                    if (acc_b) acc_b[col + j] += dy[j];
                 }
             }
             store_vec<TX, VEC>((TX *)p.dx, row * p.sdx + col, dx);
             if (p.dres) store_dyn<TX, VEC>(p.dres, p.dt_dres, row * p.sdres + col, dx);
         }
     }
+    if (p.smem_acc) { /* the block's partial row, or its atomic contribution */
+        for (int64_t col = first; col < N; col += step)
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                if (p.atomic) {
+                    if (acc_w) atomicAdd(p.ws_dw + col + j, acc_w[col + j]);
+                    if (acc_b) atomicAdd(p.ws_db + col + j, acc_b[col + j]);
+                } else {
+                    if (acc_w) p.ws_dw[(int64_t)blockIdx.x * N + col + j] = acc_w[col + j];
+                    if (acc_b) p.ws_db[(int64_t)blockIdx.x * N + col + j] = acc_b[col + j];
+                }
+            }
+    }
 }
 
 /* ---- launchers ------------------------------------------------------------ */
 
-/* Two stages of x and dy, 16-byte chunks per thread (see the kernel). */
+/* FN_STAGES stages of x and dy, 16-byte chunks per thread (see the kernel). */
 template <typename TX, int VEC, int EPT> static size_t bwd_stage_bytes(const fn_bwd_params &p, int threads)
 {
     auto chunks = [](int dt) { return (size_t)VEC * (sizeof(TX) == 4 ? 4 : (dt == FN_DT_F32 ? 4 : 2)) / 16; };
-    return 2 * (size_t)(EPT / VEC) * (chunks(p.dt_x) + chunks(p.dt_dy)) * threads * 16;
+    return FN_STAGES * (size_t)(EPT / VEC) * (chunks(p.dt_x) + chunks(p.dt_dy)) * threads * 16;
 }
 
 template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
-    auto kernel = norm_bwd_rows_in_registers<TX, VEC, EPT>;
     const size_t partial_bytes = p.rows_per_block > 1 ? (size_t)threads * EPT * sizeof(float) : 0;
     size_t stage_bytes = VEC > 1 ? bwd_stage_bytes<TX, VEC, EPT>(p, threads) : 0;
+    const bool pipe = stage_bytes > 0 && stage_bytes <= FN_MAX_STAGE_BYTES; /* see the forward's launcher */
+    if (!pipe) stage_bytes = 0;
+    size_t smem = partial_bytes > stage_bytes ? partial_bytes : stage_bytes;
+    /* The weight cache after the stages: the CTA's tpr*EPT columns in fp32. */
     fn_bwd_params q = p;
-    q.pipe = stage_bytes > 0 && stage_bytes <= FN_MAX_STAGE_BYTES; /* see the forward's launcher */
-    if (!q.pipe) stage_bytes = 0;
-    const size_t smem = partial_bytes > stage_bytes ? partial_bytes : stage_bytes;
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 0;
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-    }
-    if (p.cluster > 1) {
-        if (p.cluster > 8) {
-            cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-            if (e != cudaSuccess) return e;
-        }
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = p.cluster;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.numAttrs = 1;
-    }
-    if (active) {
-        /* The query wants a grid that is a whole number of clusters. */
-        cfg.gridDim = dim3(p.cluster);
-        if (p.cluster > 1) return cudaOccupancyMaxActiveClusters(active, kernel, &cfg);
-        int per_sm = 0, dev = 0, sms = 0;
-        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
-        if (e == cudaSuccess) e = cudaGetDevice(&dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        *active = per_sm * sms;
-        return e;
-    }
-    return cudaLaunchKernelEx(&cfg, kernel, q);
+    const size_t cache_bytes = p.w ? (size_t)p.tpr * EPT * sizeof(float) : 0;
+    q.wcache = cache_bytes > 0 && smem + cache_bytes <= FN_MAX_ROWS_SMEM_BYTES;
+    q.wcache_off = (int)smem;
+    if (q.wcache) smem += cache_bytes;
+    if constexpr (VEC > 1)
+        if (pipe)
+            return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true>, q, grid, threads, smem, p.cluster,
+                                   stream, active);
+    return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, false>, q, grid, threads, smem, p.cluster, stream,
+                           active);
 }
 
 /* EPT instantiated (the planner's list): 4 (scalar and fp32 only), 8, and 16
@@ -399,19 +476,9 @@ static cudaError_t two_pass_entry(const fn_bwd_params &p, int vec, int grid, int
                                   int *active)
 {
     constexpr int WIDE = 16 / sizeof(TX);
-    if (active) {
-        int per_sm = 0, dev = 0, sms = 0;
-        cudaError_t e = vec == WIDE
-                            ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_bwd_two_pass<TX, WIDE>, threads, 0)
-                            : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_bwd_two_pass<TX, 1>, threads, 0);
-        if (e == cudaSuccess) e = cudaGetDevice(&dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        *active = per_sm * sms;
-        return e;
-    }
-    if (vec == WIDE) norm_bwd_two_pass<TX, WIDE><<<grid, threads, 0, s>>>(p);
-    else norm_bwd_two_pass<TX, 1><<<grid, threads, 0, s>>>(p);
-    return cudaGetLastError();
+    const size_t smem = p.smem_acc ? (size_t)((p.dw != nullptr) + (p.db != nullptr)) * p.cols * sizeof(float) : 0;
+    if (vec == WIDE) return launch_or_query(norm_bwd_two_pass<TX, WIDE>, p, grid, threads, smem, 1, s, active);
+    return launch_or_query(norm_bwd_two_pass<TX, 1>, p, grid, threads, smem, 1, s, active);
 }
 
 static cudaError_t two_pass_dispatch(const fn_bwd_params *p, int vec, int grid, int threads, void *stream, int *active)

@@ -19,6 +19,7 @@
  * planner's (src/plan.c).
  */
 #include "common.cuh"
+#include "launch.cuh"
 
 namespace fn {
 
@@ -41,6 +42,18 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
     const int nthr = blockDim.x, chx = chunks_of<TX, VEC>(p.dt_x), chr = p.res ? chunks_of<TX, VEC>(p.dt_res) : 0;
     const int per_stage = K * (chx + chr) * nthr;
     const int64_t first = blockIdx.x / C, stride = gridDim.x / C;
+    /* (w + w_off) and b of this CTA's columns as fp32 in shared memory (see
+     * fill_column_cache): the forward is bound by instruction issue as much as
+     * by memory (ncu at N = 4096 bf16: 0.68 warps issued per scheduler cycle). */
+    float *wc = reinterpret_cast<float *>(dyn_smem + p.wcache_off), *bc = wc + (p.w ? tpr * EPT : 0);
+    /* fp32 rows go without it: their loads are not the bottleneck (88% of copy
+     * at N = 4096), and the cache path doubled their registers (64 -> 128). */
+    const bool wcache = sizeof(TX) == 2 && p.wcache;
+    if (wcache) {
+        if (p.w) fill_column_cache(wc, p.w, p.dt_w, p.w_off, slice, tpr * EPT, N);
+        if (p.b) fill_column_cache(bc, p.b, p.dt_w, 0.0f, slice, tpr * EPT, N);
+        __syncthreads();
+    }
     auto issue = [&](int64_t g, int st) {
         const int64_t row = g * p.rows_per_block + sub;
         if (g < groups && row < p.rows) {
@@ -55,7 +68,9 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
         }
         cp_async_commit();
     };
-    if (pipe) issue(first, 0);
+    if (pipe)
+        #pragma unroll
+        for (int st = 0; st < FN_STAGES - 1; st++) issue(first + st * stride, st);
     int it = 0;
     for (int64_t group = first; group < groups; group += stride, it++) {
         const int64_t row = group * p.rows_per_block + sub;
@@ -64,10 +79,10 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
         float h[K][VEC];
         bool ok[K];
         if (pipe) {
-            issue(group + stride, (it + 1) & 1);
-            cp_async_wait<1>();
+            issue(group + (FN_STAGES - 1) * stride, (it + FN_STAGES - 1) % FN_STAGES);
+            cp_async_wait<FN_STAGES - 1>();
         }
-        const uint4 *sx = stage + (it & 1) * per_stage + threadIdx.x, *sr = sx + K * chx * nthr;
+        const uint4 *sx = stage + (it % FN_STAGES) * per_stage + threadIdx.x, *sr = sx + K * chx * nthr;
         #pragma unroll
         for (int k = 0; k < K; k++) {
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
@@ -131,12 +146,20 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
             if (!ok[k]) continue;
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
             float w[VEC], b[VEC], y[VEC];
+            const int c = (k * tpr + lane) * VEC;
             if (p.w) {
-                load_dyn<TX, VEC>(p.w, p.dt_w, col, w);
-                #pragma unroll
-                for (int j = 0; j < VEC; j++) w[j] += p.w_off;
+                if (wcache) {
+                    read_cache<VEC>(wc, c, w);
+                } else {
+                    load_dyn<TX, VEC>(p.w, p.dt_w, col, w);
+                    #pragma unroll
+                    for (int j = 0; j < VEC; j++) w[j] += p.w_off;
+                }
             }
-            if (p.b) load_dyn<TX, VEC>(p.b, p.dt_w, col, b);
+            if (p.b) {
+                if (wcache) read_cache<VEC>(bc, c, b);
+                else load_dyn<TX, VEC>(p.b, p.dt_w, col, b);
+            }
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
                 float v = (h[k][j] - mean) * rstd;
@@ -167,6 +190,9 @@ __device__ __forceinline__ void load_h(const fn_fwd_params &p, int64_t row, int6
 template <typename TX, int VEC>
 __global__ void __launch_bounds__(512) norm_fwd_two_pass(const fn_fwd_params p)
 {
+    /* One element at a time, unrolling keeps several loads in flight; 16-byte
+     * vectors already do, and unrolling them costs residency. */
+    constexpr int UNROLL = VEC == 1 ? 4 : 1, UNROLL_OUT = VEC == 1 ? 2 : 1;
     __shared__ RowReduceSmem sm;
     int buf = 0;
     const int64_t N = p.cols, step = (int64_t)blockDim.x * VEC;
@@ -174,6 +200,7 @@ __global__ void __launch_bounds__(512) norm_fwd_two_pass(const fn_fwd_params p)
         float mean = 0.0f;
         if (p.is_ln) {
             float s[1] = {0.0f};
+            #pragma unroll UNROLL
             for (int64_t col = (int64_t)threadIdx.x * VEC; col < N; col += step) {
                 float h[VEC];
                 load_h<TX, VEC>(p, row, col, h);
@@ -184,6 +211,7 @@ __global__ void __launch_bounds__(512) norm_fwd_two_pass(const fn_fwd_params p)
             mean = s[0] / (float)N;
         }
         float q[1] = {0.0f};
+        #pragma unroll UNROLL
         for (int64_t col = (int64_t)threadIdx.x * VEC; col < N; col += step) {
             float h[VEC];
             load_h<TX, VEC>(p, row, col, h);
@@ -196,6 +224,7 @@ __global__ void __launch_bounds__(512) norm_fwd_two_pass(const fn_fwd_params p)
             if (p.rstd) p.rstd[row] = rstd;
             if (p.mean) p.mean[row] = mean;
         }
+        #pragma unroll UNROLL_OUT
         for (int64_t col = (int64_t)threadIdx.x * VEC; col < N; col += step) {
             float h[VEC], w[VEC], b[VEC], y[VEC];
             load_h<TX, VEC>(p, row, col, h);
@@ -219,51 +248,24 @@ __global__ void __launch_bounds__(512) norm_fwd_two_pass(const fn_fwd_params p)
 template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
-    auto kernel = norm_fwd_rows_in_registers<TX, VEC, EPT>;
-    /* Two stages of x (and residual), 16-byte chunks per thread. */
+    /* FN_STAGES stages of x (and residual), 16-byte chunks per thread. */
     auto chunks = [](int dt) { return (size_t)VEC * (sizeof(TX) == 4 ? 4 : (dt == FN_DT_F32 ? 4 : 2)) / 16; };
     size_t smem =
-        VEC > 1 ? 2 * (size_t)(EPT / VEC) * (chunks(p.dt_x) + (p.res ? chunks(p.dt_res) : 0)) * threads * 16 : 0;
-    /* Past this, staging would cost the residency that hides latency in the
-     * first place: the largest tiles load straight into registers. */
+        VEC > 1 ? FN_STAGES * (size_t)(EPT / VEC) * (chunks(p.dt_x) + (p.res ? chunks(p.dt_res) : 0)) * threads * 16 : 0;
+    /* Past FN_MAX_STAGE_BYTES, staging would cost the residency that hides
+     * latency in the first place: the largest tiles load straight into
+     * registers. fp32 activations do too: their 16-byte loads already keep
+     * enough bytes in flight, and staging them cost the forward 92% -> 78% of
+     * copy bandwidth at N=4096 (docs/perf.md). */
     fn_fwd_params q = p;
-    q.pipe = smem > 0 && smem <= FN_MAX_STAGE_BYTES;
+    q.pipe = sizeof(TX) == 2 && smem > 0 && smem <= FN_MAX_STAGE_BYTES;
     if (!q.pipe) smem = 0;
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-    }
-    cfg.attrs = attr;
-    cfg.numAttrs = 0;
-    if (p.cluster > 1) {
-        if (p.cluster > 8) {
-            cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-            if (e != cudaSuccess) return e;
-        }
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = p.cluster;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.numAttrs = 1;
-    }
-    if (active) {
-        /* The query wants a grid that is a whole number of clusters. */
-        cfg.gridDim = dim3(p.cluster);
-        if (p.cluster > 1) return cudaOccupancyMaxActiveClusters(active, kernel, &cfg);
-        int per_sm = 0, dev = 0, sms = 0;
-        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
-        if (e == cudaSuccess) e = cudaGetDevice(&dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        *active = per_sm * sms;
-        return e;
-    }
-    return cudaLaunchKernelEx(&cfg, kernel, q);
+    /* The weight (and bias) cache after the stages: the CTA's tpr*EPT columns in fp32. */
+    const size_t cache_bytes = (size_t)((p.w != nullptr) + (p.b != nullptr)) * p.tpr * EPT * sizeof(float);
+    q.wcache = sizeof(TX) == 2 && cache_bytes > 0 && smem + cache_bytes <= FN_MAX_ROWS_SMEM_BYTES;
+    q.wcache_off = (int)smem;
+    if (q.wcache) smem += cache_bytes;
+    return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT>, q, grid, threads, smem, p.cluster, stream, active);
 }
 
 /* The EPT values instantiated for each vector width; the planner (plan.c)

@@ -1,0 +1,58 @@
+/*
+ * Launch plumbing shared by the forward and backward launchers: one function
+ * that either launches a kernel (cluster dimension and dynamic shared memory
+ * set as needed) or, with `active` non-NULL, asks how many CTAs (cluster ==
+ * 1) or clusters (cluster > 1) of it the current device keeps resident at
+ * once, the persistent grid's size. Both go through the same configuration,
+ * so the occupancy answer is for exactly the launch that follows.
+ */
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace fn {
+
+template <typename Params>
+static cudaError_t launch_or_query(void (*kernel)(Params), const Params &params, int grid, int threads, size_t smem,
+                                   int cluster, cudaStream_t stream, int *active)
+{
+    /* Static plus dynamic shared memory over 48 KiB needs the opt-in, or the
+     * launch fails and the occupancy query answers 0 (which once sent every
+     * 16-bit 3-stage plan, 48 KiB + the 1 KiB reduction scratch, to the
+     * two-pass fallback). The static part of these kernels is under 16 KiB. */
+    if (smem > 32 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 0;
+    if (cluster > 1) {
+        if (cluster > 8) { /* 16 is "non-portable": allowed on sm_90 when asked for */
+            cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+            if (e != cudaSuccess) return e;
+        }
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = cluster;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.numAttrs = 1;
+    }
+    if (!active) return cudaLaunchKernelEx(&cfg, kernel, params);
+    /* The cluster query wants a grid that is a whole number of clusters. */
+    cfg.gridDim = dim3(cluster);
+    if (cluster > 1) return cudaOccupancyMaxActiveClusters(active, kernel, &cfg);
+    int per_sm = 0, dev = 0, sms = 0;
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
+    if (e == cudaSuccess) e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    *active = per_sm * sms;
+    return e;
+}
+
+} // namespace fn
