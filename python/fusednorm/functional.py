@@ -16,13 +16,14 @@ import math
 import torch
 
 from . import _lib
-from ._ops import DTYPE_CODE, _bwd_impl, _fwd_impl, _FusedNormFn, bwd_op, fwd_op
+from ._ops import DTYPE_CODE, _bwd_impl, _fwd_impl, _FusedNormFn, _PlainNormFn, bwd_op, fwd_op
 
 __all__ = ["rmsnorm", "layernorm", "rmsnorm_fwd", "rmsnorm_bwd", "layernorm_fwd", "layernorm_bwd"]
 
 _Tensor = torch.Tensor
 _is_compiling = torch.compiler.is_compiling
 _apply = _FusedNormFn.apply
+_apply_plain = _PlainNormFn.apply
 _grad_enabled = torch.is_grad_enabled
 _SUPPORTED = "torch.float32, torch.float16 or torch.bfloat16"
 _INF = float("inf")
@@ -112,6 +113,27 @@ def _check_inputs_fully(fn, x, weight, bias, residual, out_dtype, residual_dtype
 
 
 def _norm(fn, norm, x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm, weight_offset):
+    # The common eager call (x and an optional weight, float eps and offset) is
+    # recognized and run here with each property read once: the same checks as
+    # _check_inputs' fast test, without its frame or the general path's branches.
+    # Anything else, invalid calls included, takes the general path below, whose
+    # checks raise naming the argument.
+    if (bias is None and residual is None and residual_dtype is None and not prenorm and type(eps) is float
+            and type(weight_offset) is float and 0.0 <= eps < _INF and -_INF < weight_offset < _INF
+            and isinstance(x, _Tensor) and x.dtype in DTYPE_CODE and (out_dtype is None or out_dtype in DTYPE_CODE)):
+        shape = x.shape
+        if shape and shape[-1] and (x.is_cuda or x.is_cpu):
+            if weight is None:
+                weight_ok = True
+                weight_grad = False
+            else:
+                weight_ok = (isinstance(weight, _Tensor) and weight.dtype in DTYPE_CODE
+                             and weight.shape == (shape[-1],) and weight.device == x.device)
+                weight_grad = weight_ok and weight.requires_grad
+            if weight_ok and not _is_compiling():
+                if (x.requires_grad or weight_grad) and _grad_enabled():
+                    return _apply_plain(x, weight, (norm, eps, weight_offset, out_dtype))
+                return _fwd_impl(x, weight, None, None, norm, eps, weight_offset, out_dtype, None, False, False)[0]
     _check_inputs(fn, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset)
     if type(eps) is not float:
         eps = float(eps)
@@ -129,8 +151,12 @@ def _norm(fn, norm, x, weight, bias, residual, out_dtype, residual_dtype, eps, p
         y, residual_out, _, _ = fwd_op(x, weight, bias, residual, norm, eps, weight_offset, out_dtype,
                                        residual_dtype, store_residual_out, needs_grad)
     elif needs_grad:
-        y, residual_out = _apply(x, weight, bias, residual,
-                                 (norm, eps, weight_offset, out_dtype, residual_dtype, store_residual_out))
+        if residual is None and bias is None:  # the common call: the cheaper autograd node
+            y = _apply_plain(x, weight, (norm, eps, weight_offset, out_dtype))
+            residual_out = None
+        else:
+            y, residual_out = _apply(x, weight, bias, residual,
+                                     (norm, eps, weight_offset, out_dtype, residual_dtype, store_residual_out))
     else:  # inference: no autograd node, no stats stored
         y, residual_out, _, _ = _fwd_impl(x, weight, bias, residual, norm, eps, weight_offset, out_dtype,
                                           residual_dtype, store_residual_out, False)
