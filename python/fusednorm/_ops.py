@@ -183,14 +183,22 @@ def _bwd_impl(dy, x, weight, rstd, mean, dresidual_out, norm, eps, weight_offset
     """Returns (dx, dweight, dbias, dresidual); absent outputs are None."""
     cols = x.shape[-1]
     rows = x.numel() // cols
+    x_dt = x.dtype
+    x_code = DTYPE_CODE[x_dt]
     if x.is_contiguous():
         x_ptr = x.data_ptr()
         x_stride = 0
-        dx = _empty_like(x) if dx_dtype is x.dtype else _empty_like(x, dtype=dx_dtype)
+        if dx_dtype is x_dt:
+            dx = _empty_like(x)
+            dx_code = x_code
+        else:
+            dx = _empty_like(x, dtype=dx_dtype)
+            dx_code = DTYPE_CODE[dx_dtype]
     else:
         x2, x_stride = _rows(x, cols)
         x_ptr = x2.data_ptr()
         dx = _new_rows(x, dx_dtype)
+        dx_code = DTYPE_CODE[dx_dtype]
     if dy.is_contiguous():
         dy_ptr = dy.data_ptr()
         dy_stride = 0
@@ -198,9 +206,9 @@ def _bwd_impl(dy, x, weight, rstd, mean, dresidual_out, norm, eps, weight_offset
         dy2, dy_stride = _rows(dy, cols)
         dy_ptr = dy2.data_ptr()
     dweight = dbias = dresidual = None
-    w_ptr = w_dt = dw_ptr = dw_dt = db_ptr = db_dt = 0
-    dro_ptr = dro_dt = dro_stride = dr_ptr = dr_dt = rstd_ptr = mean_ptr = 0
-    if weight is not None:
+    if weight is None:
+        w_ptr = w_dt = dw_ptr = dw_dt = 0
+    else:
         if not weight.is_contiguous():
             weight = weight.contiguous()
         w_ptr = weight.data_ptr()
@@ -209,22 +217,29 @@ def _bwd_impl(dy, x, weight, rstd, mean, dresidual_out, norm, eps, weight_offset
             dweight = _empty_like(weight)
             dw_ptr = dweight.data_ptr()
             dw_dt = w_dt
-    if dbias_dtype is not None:
-        dbias = _empty(cols, dtype=dbias_dtype, device=x.device)
-        db_ptr = dbias.data_ptr()
-        db_dt = DTYPE_CODE[dbias_dtype]
-    if dresidual_out is not None:
-        d2, dro_stride = _rows(dresidual_out, cols)
-        dro_ptr = d2.data_ptr()
-        dro_dt = DTYPE_CODE[dresidual_out.dtype]
-    if dresidual_dtype is not None:
-        dresidual = _new_rows(x, dresidual_dtype)
-        dr_ptr = dresidual.data_ptr()
-        dr_dt = DTYPE_CODE[dresidual_dtype]
-    if rstd is not None:
+        else:
+            dw_ptr = dw_dt = 0
+    # The rarer inputs and outputs, tested together so that the common call
+    # (none of them) pays for one test rather than four.
+    db_ptr = db_dt = dro_ptr = dro_dt = dro_stride = dr_ptr = dr_dt = 0
+    if dbias_dtype is not None or dresidual_out is not None or dresidual_dtype is not None:
+        if dbias_dtype is not None:
+            dbias = _empty(cols, dtype=dbias_dtype, device=x.device)
+            db_ptr = dbias.data_ptr()
+            db_dt = DTYPE_CODE[dbias_dtype]
+        if dresidual_out is not None:
+            d2, dro_stride = _rows(dresidual_out, cols)
+            dro_ptr = d2.data_ptr()
+            dro_dt = DTYPE_CODE[dresidual_out.dtype]
+        if dresidual_dtype is not None:
+            dresidual = _new_rows(x, dresidual_dtype)
+            dr_ptr = dresidual.data_ptr()
+            dr_dt = DTYPE_CODE[dresidual_dtype]
+    if rstd is None:
+        rstd_ptr = mean_ptr = 0
+    else:
         rstd_ptr = rstd.data_ptr()
-        if mean is not None:
-            mean_ptr = mean.data_ptr()
+        mean_ptr = mean.data_ptr() if mean is not None else 0
     if rows == 0:
         # Nothing to normalize: the weight/bias gradients of zero rows are zero.
         if dweight is not None:
@@ -232,6 +247,8 @@ def _bwd_impl(dy, x, weight, rstd, mean, dresidual_out, norm, eps, weight_offset
         if dbias is not None:
             dbias.zero_()
         return dx, dweight, dbias, dresidual
+    dy_code = DTYPE_CODE[dy.dtype]
+    dx_ptr = dx.data_ptr()
     if x.is_cuda:
         device = x.get_device()
         backend, stream = _CUDA, _raw_stream(device)
@@ -239,21 +256,9 @@ def _bwd_impl(dy, x, weight, rstd, mean, dresidual_out, norm, eps, weight_offset
     else:
         backend = device = stream = 0
         key = -1
-    head = (norm, rows, cols, eps, weight_offset, 0,
-            dy_ptr, DTYPE_CODE[dy.dtype], dy_stride,
-            x_ptr, DTYPE_CODE[x.dtype], x_stride,
-            w_ptr, w_dt, 0,
-            dro_ptr, dro_dt, dro_stride,
-            rstd_ptr, mean_ptr,
-            dx.data_ptr(), DTYPE_CODE[dx_dtype], 0,
-            dr_ptr, dr_dt, 0,
-            dw_ptr, dw_dt, 0,
-            db_ptr, db_dt, 0)
-    if stream:  # a side stream or a graph capture: a workspace of this call's own
-        need = _c_ws(_bwd_pack(*head, 0, 0, backend, device, stream))
-        ws = _empty(need, dtype=_U8, device=x.device) if need else None
-        s = _c_bwd(_bwd_pack(*head, ws.data_ptr() if need else 0, need, backend, device, stream))
-    else:
+    if not stream:
+        # The default stream or the CPU: try the cached workspace first, packing
+        # the arguments in one call (no intermediate tuple).
         cache = _ws_local.__dict__.get("by_device") or _ws_cache()
         cached = cache.get(key)
         if cached is None:
@@ -262,14 +267,34 @@ def _bwd_impl(dy, x, weight, rstd, mean, dresidual_out, norm, eps, weight_offset
             ws, ws_ptr, ws_bytes = cached
             if _ws_reuse_hook is not None:
                 _ws_reuse_hook(ws)
-        s = _c_bwd(_bwd_pack(*head, ws_ptr, ws_bytes, backend, device, stream))
-        if s == _ERROR_WORKSPACE:  # the cached workspace is missing or too small: nothing was written
-            need = _c_ws(_bwd_pack(*head, 0, 0, backend, device, stream))
-            ws = _empty(need, dtype=_U8, device=x.device)
-            ws_ptr = ws.data_ptr()
-            if need <= _WS_CACHE_MAX_BYTES:
-                cache[key] = (ws, ws_ptr, need)
-            s = _c_bwd(_bwd_pack(*head, ws_ptr, need, backend, device, stream))
+        s = _c_bwd(_bwd_pack(norm, rows, cols, eps, weight_offset, 0, dy_ptr, dy_code, dy_stride,
+                             x_ptr, x_code, x_stride, w_ptr, w_dt, 0, dro_ptr, dro_dt, dro_stride,
+                             rstd_ptr, mean_ptr, dx_ptr, dx_code, 0, dr_ptr, dr_dt, 0, dw_ptr, dw_dt, 0,
+                             db_ptr, db_dt, 0, ws_ptr, ws_bytes, backend, device, stream))
+        if s != _ERROR_WORKSPACE:
+            if s:
+                _raise(s, "fusednorm_bwd")
+            return dx, dweight, dbias, dresidual
+    head = (norm, rows, cols, eps, weight_offset, 0,
+            dy_ptr, dy_code, dy_stride,
+            x_ptr, x_code, x_stride,
+            w_ptr, w_dt, 0,
+            dro_ptr, dro_dt, dro_stride,
+            rstd_ptr, mean_ptr,
+            dx_ptr, dx_code, 0,
+            dr_ptr, dr_dt, 0,
+            dw_ptr, dw_dt, 0,
+            db_ptr, db_dt, 0)
+    need = _c_ws(_bwd_pack(*head, 0, 0, backend, device, stream))
+    if stream:  # a side stream or a graph capture: a workspace of this call's own
+        ws = _empty(need, dtype=_U8, device=x.device) if need else None
+        s = _c_bwd(_bwd_pack(*head, ws.data_ptr() if need else 0, need, backend, device, stream))
+    else:  # the cached workspace is missing or too small: nothing was written
+        ws = _empty(need, dtype=_U8, device=x.device)
+        ws_ptr = ws.data_ptr()
+        if need <= _WS_CACHE_MAX_BYTES:
+            cache[key] = (ws, ws_ptr, need)
+        s = _c_bwd(_bwd_pack(*head, ws_ptr, need, backend, device, stream))
     if s:
         _raise(s, "fusednorm_bwd")
     return dx, dweight, dbias, dresidual
