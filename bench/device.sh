@@ -5,7 +5,7 @@
 # bench/torch_compare.py when present). Full logs go to $OUT; a short table
 # is printed last.
 #
-#   bench/device.sh [stage ...]    stages: build tests sanitize bench peers python multigpu
+#   bench/device.sh [stage ...]    stages: build tests lab sanitize bench peers python multigpu
 #                                  (default: build tests sanitize bench peers)
 #   env: BUILD (default build-dev), QUICK=1 (fewer bench shapes)
 set -u -o pipefail
@@ -88,14 +88,36 @@ fi
 
 if has sanitize; then
   log "compute-sanitizer"
-  # One shape per path: several rows per CTA (256), registers (4096), scalar
-  # (4097), clusters (65536), two-pass (300000).
+  # Every kernel path, forward and backward, every norm, feature and dtype
+  # (fusednorm check runs them all per column count):
+  #   256     registers, several rows per CTA
+  #   999     registers, one element at a time (no vector access)
+  #   4096    registers, 3-stage cp.async pipeline (16-bit), weight cache
+  #   4097    two-pass, rows peeled to 16 bytes, dweight partials in shared memory
+  #   65536   clusters (distributed shared memory)
+  #   131072  the largest clusters (8 fwd, 16 bwd)
+  #   300000  two-pass, dweight partial rows read-modify-written in the workspace
+  # FUSEDNORM_GRID_CAP=2 keeps the persistent grids at 2 CTAs (clusters), so a
+  # small problem still walks several rows per CTA: pipeline stages reused,
+  # partial rows summed. memcheck also runs with the default grids, and over
+  # the atomic dweight path (bench --atomic, one launch per case).
+  COLS=${SANITIZE_COLS:-256,999,4096,4097,65536,131072,300000}
+  san() { # name tool timeout cmd...
+    local name=$1 tool=$2 t=$3; shift 3
+    timeout "$t" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" >"$OUT/sanitize_$name.log" 2>&1
+    local rc=$?
+    echo "compute-sanitizer $name: exit $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$name.log" | tail -1)" | tee -a "$SUMMARY"
+    [ $rc -ne 0 ] && grep -m 12 -E "=========  (Invalid|Race|Uninit|Barrier|Error)|FAIL" "$OUT/sanitize_$name.log"
+  }
   for tool in ${SANITIZERS:-memcheck racecheck synccheck initcheck}; do
-    cols=256,4096,4097,65536,300000 rows=24
-    [ $tool = racecheck ] && cols=256,4096,65536 rows=4 # racecheck is slow with cp.async
-    timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 "$FN" check --backend cuda \
-      --rows $rows --cols $cols >"$OUT/sanitize_$tool.log" 2>&1
-    echo "compute-sanitizer $tool: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)" | tee -a "$SUMMARY"
+    rows=24 cols=$COLS t=${SANITIZE_TIMEOUT:-150}
+    [ $tool = racecheck ] && { rows=12 cols=${RACECHECK_COLS:-256,999,4096,4097,65536} t=${RACECHECK_TIMEOUT:-240}; }
+    FUSEDNORM_GRID_CAP=2 san "$tool" "$tool" "$t" "$FN" check --backend cuda --quiet --rows $rows --cols $cols
+    if [ $tool = memcheck ]; then
+      san memcheck_default_grid memcheck "$t" "$FN" check --backend cuda --quiet --rows 96 --cols $COLS
+      FUSEDNORM_GRID_CAP=2 san memcheck_atomic memcheck "$t" "$FN" bench --backend cuda --rows 24 \
+        --cols 256,999,4096,4097,65536,300000 --dtype bf16,f32 --norm rms,ln --pass bwd --atomic --iters 1
+    fi
   done
 fi
 

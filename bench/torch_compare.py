@@ -139,6 +139,19 @@ def implementations(norm, feature, x, w, bias, res):
     return out
 
 
+def write_csv(out, rows, copy_gbs, device):
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "torch_compare.csv")
+    with open(path, "w", newline="") as f:
+        wr = csv.writer(f)
+        wr.writerow(["norm", "dtype", "feature", "M", "N", "pass", "impl", "median_ms", "GBps", "pct_of_copy"])
+        for r in rows:
+            wr.writerow([r["norm"], r["dtype"], r["feature"], r["M"], r["N"], r["pass_"], r["impl"], r["ms"],
+                         r["gbs"], r["pct_copy"]])
+        f.write(f"# copy bandwidth {copy_gbs:.0f} GB/s, {torch.cuda.get_device_name(device)}\n")
+    return path
+
+
 def run(args):
     device = torch.device("cuda")
     timer = Timer(device, args.reps)
@@ -146,6 +159,7 @@ def run(args):
     print(f"{torch.cuda.get_device_name(device)}; copy bandwidth {copy_gbs:.0f} GB/s; torch {torch.__version__}",
           flush=True)
     rows = []
+    path = write_csv(args.out, rows, copy_gbs, device)
     cases = QUICK if args.quick else CASES
     if args.cols:
         keep = {int(n) for n in args.cols.split(",")}
@@ -171,15 +185,8 @@ def run(args):
                       f"{ms:8.4f} ms {gbs:6.0f} GB/s {100 * gbs / copy_gbs:5.1f}%", flush=True)
         del x, w, bias, res
         torch.cuda.empty_cache()
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "torch_compare.csv")
-    with open(path, "w", newline="") as f:
-        wr = csv.writer(f)
-        wr.writerow(["norm", "dtype", "feature", "M", "N", "pass", "impl", "median_ms", "GBps", "pct_of_copy"])
-        for r in rows:
-            wr.writerow([r["norm"], r["dtype"], r["feature"], r["M"], r["N"], r["pass_"], r["impl"], r["ms"],
-                         r["gbs"], r["pct_copy"]])
-        f.write(f"# copy bandwidth {copy_gbs:.0f} GB/s, {torch.cuda.get_device_name(device)}\n")
+        # Rewritten after every shape, so a run cut short by a time limit keeps what it measured.
+        path = write_csv(args.out, rows, copy_gbs, device)
     print(f"wrote {path}")
     plot(path, args.out)
 

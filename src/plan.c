@@ -18,7 +18,7 @@
  *     reached 35% of copy bandwidth where fp32 with 32 bytes reached 55-70%).
  *     The target is 64 bytes per thread in the forward and 32 per input
  *     (x and dy) in the backward.
- * Past the largest coverage (262144 fwd / 131072 bwd on sm_90 with vector
+ * Past the largest coverage (131072 fwd / 131072 bwd on sm_90 with vector
  * access; 16384 / 8192 without clusters) the two-pass path takes over.
  *
  * Without vector access (odd N, misaligned pointers or row pitches), rows of
@@ -46,7 +46,11 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     fn_plan best = {FN_PATH_TWO_PASS, 1, 0, 512, 1, 1, 512};
     const int vec = pb->vec_ok ? 16 / pb->x_bytes : 1;
     best.vec = vec;
-    int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < 16 ? pb->max_cluster : 16) : 1;
+    /* The forward stops at clusters of 8: at N = 262144 bf16 the two-pass
+     * kernel (49% of copy) beat a cluster of 16 (38%); at 131072 a cluster of
+     * 8 and two-pass were even (47% / 49%). */
+    const int cap = pb->is_bwd ? 16 : 8;
+    int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < cap ? pb->max_cluster : cap) : 1;
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
     double best_cost = 1e30;
@@ -82,10 +86,21 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
         best.threads = best.rows_per_block * best.tpr;
     } else {
         best.ept = 0;
-        best.tpr = 512;
-        best.threads = 512;
+        best.threads = best.tpr = fn_plan_two_pass_threads(pb->cols, pb->x_bytes);
         best.rows_per_block = 1;
         best.cluster = 1;
     }
     return best;
+}
+
+int fn_plan_two_pass_threads(int64_t cols, int x_bytes)
+{
+    /* About 4 vectors per thread per pass: a CTA spans the row in few steps,
+     * and short rows get small CTAs, so that more rows are in flight per SM
+     * (N = 4097 bf16 in one 512-thread CTA per row: one vector per thread,
+     * 27% of copy). */
+    const int64_t vectors = (cols + 16 / x_bytes - 1) / (16 / x_bytes);
+    int64_t t = (vectors + 3) / 4;
+    t = (t + 31) / 32 * 32;
+    return t < 128 ? 128 : (t > 512 ? 512 : (int)t);
 }

@@ -16,7 +16,7 @@ extern "C" {
 
 typedef enum fn_path {
     FN_PATH_ROWS_IN_REGISTERS = 0, /* row slices in registers; clusters of CTAs on sm_90 */
-    FN_PATH_TWO_PASS = 1           /* any N: one CTA per row, the row re-read from memory */
+    FN_PATH_TWO_PASS = 1           /* any N, any alignment: one CTA per row, the row re-read from memory */
 } fn_path;
 
 typedef struct fn_plan_problem {
@@ -43,6 +43,9 @@ typedef struct fn_plan {
 
 /* The element-per-thread values the kernels are instantiated for. */
 int fn_plan_ept_allowed(int is_bwd, int vec, int ept);
+
+/* Threads per CTA of the two-pass kernels (one row per CTA) for this row. */
+int fn_plan_two_pass_threads(int64_t cols, int x_bytes);
 
 /* Always succeeds: falls back to FN_PATH_TWO_PASS when no register plan fits. */
 fn_plan fn_plan_make(const fn_plan_problem *pb);

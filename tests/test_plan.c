@@ -7,8 +7,9 @@
  *     tpr a power of two below a warp or a whole number of warps <= 512;
  *     threads = rows_per_block * tpr <= 512; clusters only on sm_90, <= 16;
  *     vec = 16/x_bytes with vector access, else 1;
- *   - two-pass only where no register plan can cover the row, and always
- *     one row per 512-thread CTA.
+ *   - two-pass only where no register plan can cover the row (or for rows of
+ *     1024+ columns without vector access), one row per CTA of
+ *     fn_plan_two_pass_threads threads.
  * It also pins the choices docs/perf.md reports for the benchmark shapes.
  */
 #include "harness.h"
@@ -19,7 +20,7 @@
 static int64_t max_coverage(int is_bwd, int vec, int cc_major)
 {
     const int max_ept = is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
-    return (int64_t)(cc_major >= 9 ? 16 : 1) * 512 * max_ept;
+    return (int64_t)(cc_major >= 9 ? (is_bwd ? 16 : 8) : 1) * 512 * max_ept;
 }
 
 static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc)
@@ -43,7 +44,9 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc)
     } else {
         ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
         ASSERT_TRUE(cols > max_coverage(is_bwd, vec, cc) || (!vec_ok && cols >= FN_PLAN_SCALAR_TWO_PASS_COLS));
-        ASSERT_EQ_INT(p.threads, 512);
+        ASSERT_EQ_INT(p.threads, fn_plan_two_pass_threads(cols, x_bytes));
+        ASSERT_TRUE(p.threads >= 128 && p.threads <= 512 && p.threads % 32 == 0);
+        ASSERT_EQ_INT(p.tpr, p.threads);
         ASSERT_EQ_INT(p.rows_per_block, 1);
         ASSERT_EQ_INT(p.cluster, 1);
     }
@@ -63,7 +66,7 @@ int main(void)
 
     /* The shapes of docs/perf.md (bf16, 16-byte vectors, sm_90). */
     struct { int is_bwd; int64_t cols; int ept, tpr, cluster; } pinned[] = {
-        {0, 256, 32, 8, 1},   {0, 4096, 32, 128, 1}, {0, 262144, 32, 512, 16},
+        {0, 256, 32, 8, 1},   {0, 4096, 32, 128, 1}, {0, 131072, 32, 512, 8},
         {1, 1024, 16, 64, 1}, {1, 4096, 16, 256, 1}, {1, 131072, 16, 512, 16},
     };
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
@@ -76,6 +79,14 @@ int main(void)
         ASSERT_EQ_INT(p.tpr, pinned[i].tpr);
         ASSERT_EQ_INT(p.cluster, pinned[i].cluster);
     }
+    /* The forward's largest rows go two-pass (measured faster than a cluster
+     * of 16), with 512 threads; a short row without vectors gets a small CTA. */
+    fn_plan_problem fwd_huge = {0, 262144, 2, 1, 9, 16};
+    ASSERT_EQ_INT(fn_plan_make(&fwd_huge).path, FN_PATH_TWO_PASS);
+    ASSERT_EQ_INT(fn_plan_make(&fwd_huge).threads, 512);
+    fn_plan_problem odd = {1, 4097, 2, 0, 9, 16};
+    ASSERT_EQ_INT(fn_plan_make(&odd).path, FN_PATH_TWO_PASS);
+    ASSERT_EQ_INT(fn_plan_make(&odd).threads, 160);
     /* Without clusters (sm_80) the register path ends at one CTA's coverage. */
     fn_plan_problem big = {1, 8193, 2, 1, 8, 1};
     ASSERT_EQ_INT(fn_plan_make(&big).path, FN_PATH_TWO_PASS);

@@ -303,4 +303,76 @@ template <int VEC> __device__ __forceinline__ void read_cache(const float *cache
     }
 }
 
+/* ---- rows of any alignment (the two-pass kernels) ---------------------------
+ * A row is split at the 16-byte boundary of its activation tensor: a head of
+ * up to VEC-1 columns before it and a tail of up to VEC-1 after the last whole
+ * vector go one element at a time; the body goes in VEC-wide vectors. Another
+ * tensor of the row (or the weight) reads its body columns with vectors too
+ * when its own address at column `head` is 16-byte aligned (then every body
+ * vector is), else one element at a time. So odd N, odd row pitches and
+ * offset pointers keep vector access on the tensors that allow it. */
+struct RowSplit {
+    int64_t head, body_end; /* body: [head, body_end), a multiple of VEC long */
+};
+
+template <int VEC>
+__device__ __forceinline__ RowSplit split_row(const void *row, int elem_bytes, int64_t n)
+{
+    int64_t head = VEC == 1 ? 0 : (int64_t)((16u - ((uintptr_t)row & 15u)) & 15u) / elem_bytes;
+    if (head > n) head = n;
+    return RowSplit{head, head + (n - head) / VEC * VEC};
+}
+
+/* Whether `base + col` (elements of elem_bytes) starts a 16-byte-aligned vector. */
+__device__ __forceinline__ bool vec_at(const void *base, int64_t col, int elem_bytes)
+{
+    return (((uintptr_t)base + (uintptr_t)(col * elem_bytes)) & 15u) == 0;
+}
+
+/* V elements of a TX-or-fp32 tensor from element i: a vector when `vec`, else one at a time. */
+template <typename TX, int V>
+__device__ __forceinline__ void load_flex(const void *p, int dt, int64_t i, bool vec, float (&out)[V])
+{
+    if (V > 1 && vec) {
+        load_dyn<TX, V>(p, dt, i, out);
+    } else {
+        #pragma unroll
+        for (int j = 0; j < V; j++) {
+            float one[1];
+            load_dyn<TX, 1>(p, dt, i + j, one);
+            out[j] = one[0];
+        }
+    }
+}
+
+template <typename TX, int V>
+__device__ __forceinline__ void store_flex(void *p, int dt, int64_t i, bool vec, const float (&v)[V])
+{
+    if (V > 1 && vec) {
+        store_dyn<TX, V>(p, dt, i, v);
+    } else {
+        #pragma unroll
+        for (int j = 0; j < V; j++) {
+            const float one[1] = {v[j]};
+            store_dyn<TX, 1>(p, dt, i + j, one);
+        }
+    }
+}
+
+/* Calls f(col, width) for every column group of the row in this CTA's share:
+ * body vectors (width VEC) strided over the threads, then the head and tail
+ * columns (width 1) on the first threads. */
+template <int VEC, typename F>
+__device__ __forceinline__ void for_each_column(const RowSplit &rs, int64_t n, F &&f)
+{
+    const int64_t step = (int64_t)blockDim.x * VEC;
+    for (int64_t c = rs.head + (int64_t)threadIdx.x * VEC; c < rs.body_end; c += step)
+        f(c, std::integral_constant<int, VEC>{});
+    if constexpr (VEC > 1) {
+        const int64_t t = threadIdx.x, tail = n - rs.body_end;
+        if (t < rs.head) f(t, std::integral_constant<int, 1>{});
+        else if (t - rs.head < tail) f(rs.body_end + (t - rs.head), std::integral_constant<int, 1>{});
+    }
+}
+
 } // namespace fn

@@ -19,9 +19,10 @@
  * fused) may be TX or fp32, like dy, dresidual_out and dresidual.
  *
  * Kernels: norm_bwd_rows_in_registers (row slices in registers, clusters on
- * sm_90, as in the forward) and norm_bwd_two_pass (any N, any alignment;
- * re-reads the row; partial sums in shared memory when they fit, else
- * read-modify-written in workspace rows that the launcher zeroes).
+ * sm_90, as in the forward) and norm_bwd_two_pass (any N, any alignment,
+ * rows peeled to their 16-byte boundary; re-reads the row; partial sums in
+ * shared memory when they fit, else read-modify-written in workspace rows
+ * that the launcher zeroes).
  */
 #include "common.cuh"
 #include "launch.cuh"
@@ -286,33 +287,33 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
     cluster_exit_barrier(C);
 }
 
-/* Any N. One CTA per row at a time (grid-stride), the row read again for each
- * pass (from L2 when the rows in flight fit it). A thread owns the same
- * columns in every row, so it accumulates their dweight/dbias partials with
- * no synchronization: in shared memory when they fit (p.smem_acc; the
- * partial row is written once at the end), else read-modify-written in the
- * block's workspace row (zeroed by the launcher). */
+/* Any N, any alignment. One CTA per row at a time (grid-stride), the row read
+ * again for each pass (from L2 when the rows in flight fit it), split at x's
+ * 16-byte boundary as in the forward's two-pass kernel (split_row). The
+ * dweight/dbias partials of the block accumulate in shared memory when they
+ * fit (p.smem_acc; the partial row is written once at the end), else are
+ * read-modify-written in the block's workspace row (zeroed by the launcher).
+ * Which thread owns a column changes with each row's alignment; the barriers
+ * of the row reductions order one row's updates before the next row's. */
 template <typename TX, int VEC>
-__global__ void __launch_bounds__(512) norm_bwd_two_pass(const fn_bwd_params p)
+__global__ void __launch_bounds__(512, 2) norm_bwd_two_pass(const fn_bwd_params p)
 {
-    /* One element at a time, unrolling keeps several loads in flight; 16-byte
-     * vectors already do, and unrolling them costs residency. */
-    constexpr int UNROLL = VEC == 1 ? 4 : 1, UNROLL_OUT = VEC == 1 ? 2 : 1;
     __shared__ RowReduceSmem sm;
     extern __shared__ __align__(16) unsigned char dyn_smem[];
     int buf = 0;
-    const int64_t N = p.cols, step = (int64_t)blockDim.x * VEC, first = (int64_t)threadIdx.x * VEC;
+    const int64_t N = p.cols;
     const float inv_n = 1.0f / (float)N;
+    const int xb = dtype_bytes(p.dt_x), yb = dtype_bytes(p.dt_dy), wb = dtype_bytes(p.dt_w),
+              rb = dtype_bytes(p.dt_dres_out), db_ = dtype_bytes(p.dt_dres), dxb = (int)sizeof(TX);
     float *acc_w = nullptr, *acc_b = nullptr;
     if (p.smem_acc) {
         acc_w = p.dw ? reinterpret_cast<float *>(dyn_smem) : nullptr;
         acc_b = p.db ? reinterpret_cast<float *>(dyn_smem) + (p.dw ? N : 0) : nullptr;
-        for (int64_t col = first; col < N; col += step)
-            #pragma unroll
-            for (int j = 0; j < VEC; j++) {
-                if (acc_w) acc_w[col + j] = 0.0f;
-                if (acc_b) acc_b[col + j] = 0.0f;
-            }
+        for (int64_t col = threadIdx.x; col < N; col += blockDim.x) {
+            if (acc_w) acc_w[col] = 0.0f;
+            if (acc_b) acc_b[col] = 0.0f;
+        }
+        __syncthreads();
     } else {
         const int64_t at = p.atomic ? 0 : (int64_t)blockIdx.x * N;
         acc_w = p.dw ? p.ws_dw + at : nullptr;
@@ -320,6 +321,14 @@ __global__ void __launch_bounds__(512) norm_bwd_two_pass(const fn_bwd_params p)
     }
     const bool rmw_atomic = p.atomic && !p.smem_acc;
     for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+        const char *xrow = (const char *)p.x + row * p.sx * xb;
+        const RowSplit rs = split_row<VEC>(xrow, xb, N);
+        const int64_t hd = rs.head;
+        const bool vdy = vec_at((const char *)p.dy + row * p.sdy * yb, hd, yb);
+        const bool vw = p.w && vec_at(p.w, hd, wb);
+        const bool vr = p.dres_out && vec_at((const char *)p.dres_out + row * p.sdres_out * rb, hd, rb);
+        const bool vdx = vec_at((const char *)p.dx + row * p.sdx * dxb, hd, dxb);
+        const bool vdr = p.dres && vec_at((const char *)p.dres + row * p.sdres * db_, hd, db_);
         float mean = 0.0f, rstd;
         if (p.rstd) {
             rstd = p.rstd[row];
@@ -327,55 +336,65 @@ __global__ void __launch_bounds__(512) norm_bwd_two_pass(const fn_bwd_params p)
         } else {
             if (p.is_ln) {
                 float s[1] = {0.0f};
-                #pragma unroll UNROLL
-                for (int64_t col = first; col < N; col += step) {
-                    float v[VEC];
-                    load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, v);
+                for_each_column<VEC>(rs, N, [&](int64_t col, auto width) {
+                    constexpr int V = decltype(width)::value;
+                    float v[V];
+                    load_flex<TX, V>(p.x, p.dt_x, row * p.sx + col, true, v);
                     #pragma unroll
-                    for (int j = 0; j < VEC; j++) s[0] += v[j];
-                }
+                    for (int j = 0; j < V; j++) s[0] += v[j];
+                });
                 row_allreduce<1>(s, sm, buf, blockDim.x, 0, 1);
                 mean = s[0] / (float)N;
             }
             float q[1] = {0.0f};
-            #pragma unroll UNROLL
-            for (int64_t col = first; col < N; col += step) {
-                float v[VEC];
-                load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, v);
+            for_each_column<VEC>(rs, N, [&](int64_t col, auto width) {
+                constexpr int V = decltype(width)::value;
+                float v[V];
+                load_flex<TX, V>(p.x, p.dt_x, row * p.sx + col, true, v);
                 #pragma unroll
-                for (int j = 0; j < VEC; j++) q[0] += (v[j] - mean) * (v[j] - mean);
-            }
+                for (int j = 0; j < V; j++) q[0] += (v[j] - mean) * (v[j] - mean);
+            });
             row_allreduce<1>(q, sm, buf, blockDim.x, 0, 1);
             rstd = rstd_of(q[0], (float)N, p.eps);
         }
-        float s[2] = {0.0f, 0.0f};
-        #pragma unroll UNROLL
-        for (int64_t col = first; col < N; col += step) {
-            float v[VEC], dy[VEC], w[VEC];
-            load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, v);
-            load_dyn<TX, VEC>(p.dy, p.dt_dy, row * p.sdy + col, dy);
-            if (p.w) load_dyn<TX, VEC>(p.w, p.dt_w, col, w);
-            #pragma unroll
-            for (int j = 0; j < VEC; j++) {
-                const float gv = p.w ? dy[j] * (w[j] + p.w_off) : dy[j];
-                s[0] += (v[j] - mean) * rstd * gv;
-                s[1] += gv;
+        /* x, dy and g = dy * (w + w_off) of a column group. */
+        auto load_xg = [&](int64_t col, auto width, float (&v)[decltype(width)::value],
+                           float (&dy)[decltype(width)::value], float (&g)[decltype(width)::value]) {
+            constexpr int V = decltype(width)::value;
+            load_flex<TX, V>(p.x, p.dt_x, row * p.sx + col, true, v);
+            load_flex<TX, V>(p.dy, p.dt_dy, row * p.sdy + col, vdy, dy);
+            if (p.w) {
+                float w[V];
+                load_flex<TX, V>(p.w, p.dt_w, col, vw, w);
+                #pragma unroll
+                for (int j = 0; j < V; j++) g[j] = dy[j] * (w[j] + p.w_off);
+            } else {
+                #pragma unroll
+                for (int j = 0; j < V; j++) g[j] = dy[j];
             }
-        }
+        };
+        float s[2] = {0.0f, 0.0f};
+        for_each_column<VEC>(rs, N, [&](int64_t col, auto width) {
+            constexpr int V = decltype(width)::value;
+            float v[V], dy[V], g[V];
+            load_xg(col, width, v, dy, g);
+            #pragma unroll
+            for (int j = 0; j < V; j++) {
+                s[0] += (v[j] - mean) * rstd * g[j];
+                s[1] += g[j];
+            }
+        });
         row_allreduce<2>(s, sm, buf, blockDim.x, 0, 1);
         const float c1 = s[0] * inv_n, c2 = p.is_ln ? s[1] * inv_n : 0.0f;
-        #pragma unroll UNROLL_OUT
-        for (int64_t col = first; col < N; col += step) {
-            float v[VEC], dy[VEC], w[VEC], dres[VEC], dx[VEC];
-            load_dyn<TX, VEC>(p.x, p.dt_x, row * p.sx + col, v);
-            load_dyn<TX, VEC>(p.dy, p.dt_dy, row * p.sdy + col, dy);
-            if (p.w) load_dyn<TX, VEC>(p.w, p.dt_w, col, w);
-            if (p.dres_out) load_dyn<TX, VEC>(p.dres_out, p.dt_dres_out, row * p.sdres_out + col, dres);
+        for_each_column<VEC>(rs, N, [&](int64_t col, auto width) {
+            constexpr int V = decltype(width)::value;
+            float v[V], dy[V], g[V], dres[V], dx[V];
+            load_xg(col, width, v, dy, g);
+            if (p.dres_out) load_flex<TX, V>(p.dres_out, p.dt_dres_out, row * p.sdres_out + col, vr, dres);
             #pragma unroll
-            for (int j = 0; j < VEC; j++) {
+            for (int j = 0; j < V; j++) {
                 const float xh = (v[j] - mean) * rstd;
-                const float gv = p.w ? dy[j] * (w[j] + p.w_off) : dy[j];
-                float d = rstd * (gv - c2 - xh * c1);
+                float d = rstd * (g[j] - c2 - xh * c1);
                 if (p.dres_out) d += dres[j];
                 dx[j] = d;
                 if (rmw_atomic) {
@@ -386,22 +405,21 @@ __global__ void __launch_bounds__(512) norm_bwd_two_pass(const fn_bwd_params p)
                     if (acc_b) acc_b[col + j] += dy[j];
                 }
             }
-            store_vec<TX, VEC>((TX *)p.dx, row * p.sdx + col, dx);
-            if (p.dres) store_dyn<TX, VEC>(p.dres, p.dt_dres, row * p.sdres + col, dx);
-        }
+            store_flex<TX, V>(p.dx, (int)dtype_of<TX>::value, row * p.sdx + col, vdx, dx);
+            if (p.dres) store_flex<TX, V>(p.dres, p.dt_dres, row * p.sdres + col, vdr, dx);
+        });
     }
     if (p.smem_acc) { /* the block's partial row, or its atomic contribution */
-        for (int64_t col = first; col < N; col += step)
-            #pragma unroll
-            for (int j = 0; j < VEC; j++) {
-                if (p.atomic) {
-                    if (acc_w) atomicAdd(p.ws_dw + col + j, acc_w[col + j]);
-                    if (acc_b) atomicAdd(p.ws_db + col + j, acc_b[col + j]);
-                } else {
-                    if (acc_w) p.ws_dw[(int64_t)blockIdx.x * N + col + j] = acc_w[col + j];
-                    if (acc_b) p.ws_db[(int64_t)blockIdx.x * N + col + j] = acc_b[col + j];
-                }
+        __syncthreads();
+        for (int64_t col = threadIdx.x; col < N; col += blockDim.x) {
+            if (p.atomic) {
+                if (acc_w) atomicAdd(p.ws_dw + col, acc_w[col]);
+                if (acc_b) atomicAdd(p.ws_db + col, acc_b[col]);
+            } else {
+                if (acc_w) p.ws_dw[(int64_t)blockIdx.x * N + col] = acc_w[col];
+                if (acc_b) p.ws_db[(int64_t)blockIdx.x * N + col] = acc_b[col];
             }
+        }
     }
 }
 
@@ -475,10 +493,10 @@ template <typename TX>
 static cudaError_t two_pass_entry(const fn_bwd_params &p, int vec, int grid, int threads, cudaStream_t s,
                                   int *active)
 {
-    constexpr int WIDE = 16 / sizeof(TX);
+    /* Always the vector kernel: it peels each row to its alignment itself. */
+    (void)vec;
     const size_t smem = p.smem_acc ? (size_t)((p.dw != nullptr) + (p.db != nullptr)) * p.cols * sizeof(float) : 0;
-    if (vec == WIDE) return launch_or_query(norm_bwd_two_pass<TX, WIDE>, p, grid, threads, smem, 1, s, active);
-    return launch_or_query(norm_bwd_two_pass<TX, 1>, p, grid, threads, smem, 1, s, active);
+    return launch_or_query(norm_bwd_two_pass<TX, 16 / sizeof(TX)>, p, grid, threads, smem, 1, s, active);
 }
 
 static cudaError_t two_pass_dispatch(const fn_bwd_params *p, int vec, int grid, int threads, void *stream, int *active)

@@ -13,8 +13,9 @@
  *    VEC-wide (16-byte) accesses when alignment allows, else one element at a
  *    time. Several rows per CTA when rows are short. Covers N up to
  *    cluster * tpr * EPT (262144 on sm_90).
- *  - norm_fwd_two_pass: any N. One CTA per row (grid-stride), re-reading the
- *    row from global memory for each statistic and for the output.
+ *  - norm_fwd_two_pass: any N and any alignment. One CTA per row
+ *    (grid-stride), re-reading the row from global memory for each statistic
+ *    and for the output; rows peeled to their 16-byte boundary.
  * Launchers at the bottom; the choice between them and their shapes is the
  * planner's (src/plan.c).
  */
@@ -174,72 +175,81 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
     cluster_exit_barrier(C);
 }
 
-/* h for VEC columns starting at col: x (+ residual). */
+/* Any N, any alignment: one CTA per row at a time (grid-stride), the row
+ * re-read from global memory (L2 when the rows in flight fit) for each
+ * statistic and for the output. Each row is split at x's 16-byte boundary
+ * (split_row): vectors for the body of every tensor aligned there, single
+ * elements elsewhere, so odd N and odd pitches keep vector loads on x. */
 template <typename TX, int VEC>
-__device__ __forceinline__ void load_h(const fn_fwd_params &p, int64_t row, int64_t col, float (&h)[VEC])
+__global__ void __launch_bounds__(512, 2) norm_fwd_two_pass(const fn_fwd_params p)
 {
-    load_vec<TX, VEC>((const TX *)p.x, row * p.sx + col, h);
-    if (p.res) {
-        float r[VEC];
-        load_dyn<TX, VEC>(p.res, p.dt_res, row * p.sres + col, r);
-        #pragma unroll
-        for (int j = 0; j < VEC; j++) h[j] += r[j];
-    }
-}
-
-template <typename TX, int VEC>
-__global__ void __launch_bounds__(512) norm_fwd_two_pass(const fn_fwd_params p)
-{
-    /* One element at a time, unrolling keeps several loads in flight; 16-byte
-     * vectors already do, and unrolling them costs residency. */
-    constexpr int UNROLL = VEC == 1 ? 4 : 1, UNROLL_OUT = VEC == 1 ? 2 : 1;
     __shared__ RowReduceSmem sm;
     int buf = 0;
-    const int64_t N = p.cols, step = (int64_t)blockDim.x * VEC;
+    const int64_t N = p.cols;
+    const int xb = (int)sizeof(TX), rb = dtype_bytes(p.dt_res), yb = dtype_bytes(p.dt_y),
+              rob = dtype_bytes(p.dt_res_out), wb = dtype_bytes(p.dt_w);
     for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+        const TX *xrow = (const TX *)p.x + row * p.sx;
+        const RowSplit rs = split_row<VEC>(xrow, xb, N);
+        const int64_t hd = rs.head;
+        /* Per tensor: are its body vectors aligned in this row? */
+        const bool vr = p.res && vec_at((const char *)p.res + row * p.sres * rb, hd, rb);
+        const bool vy = vec_at((const char *)p.y + row * p.sy * yb, hd, yb);
+        const bool vro = p.res_out && vec_at((const char *)p.res_out + row * p.sres_out * rob, hd, rob);
+        const bool vw = p.w && vec_at(p.w, hd, wb), vb = p.b && vec_at(p.b, hd, wb);
+        auto load_h = [&](int64_t col, auto width, float (&h)[decltype(width)::value]) {
+            constexpr int V = decltype(width)::value;
+            load_flex<TX, V>(xrow, (int)dtype_of<TX>::value, col, true, h);
+            if (p.res) {
+                float r[V];
+                load_flex<TX, V>(p.res, p.dt_res, row * p.sres + col, vr, r);
+                #pragma unroll
+                for (int j = 0; j < V; j++) h[j] += r[j];
+            }
+        };
         float mean = 0.0f;
         if (p.is_ln) {
             float s[1] = {0.0f};
-            #pragma unroll UNROLL
-            for (int64_t col = (int64_t)threadIdx.x * VEC; col < N; col += step) {
-                float h[VEC];
-                load_h<TX, VEC>(p, row, col, h);
+            for_each_column<VEC>(rs, N, [&](int64_t col, auto width) {
+                constexpr int V = decltype(width)::value;
+                float h[V];
+                load_h(col, width, h);
                 #pragma unroll
-                for (int j = 0; j < VEC; j++) s[0] += h[j];
-            }
+                for (int j = 0; j < V; j++) s[0] += h[j];
+            });
             row_allreduce<1>(s, sm, buf, blockDim.x, 0, 1);
             mean = s[0] / (float)N;
         }
         float q[1] = {0.0f};
-        #pragma unroll UNROLL
-        for (int64_t col = (int64_t)threadIdx.x * VEC; col < N; col += step) {
-            float h[VEC];
-            load_h<TX, VEC>(p, row, col, h);
+        for_each_column<VEC>(rs, N, [&](int64_t col, auto width) {
+            constexpr int V = decltype(width)::value;
+            float h[V];
+            load_h(col, width, h);
             #pragma unroll
-            for (int j = 0; j < VEC; j++) q[0] += (h[j] - mean) * (h[j] - mean);
-        }
+            for (int j = 0; j < V; j++) q[0] += (h[j] - mean) * (h[j] - mean);
+        });
         row_allreduce<1>(q, sm, buf, blockDim.x, 0, 1);
         const float rstd = rstd_of(q[0], (float)N, p.eps);
         if (threadIdx.x == 0) {
             if (p.rstd) p.rstd[row] = rstd;
             if (p.mean) p.mean[row] = mean;
         }
-        #pragma unroll UNROLL_OUT
-        for (int64_t col = (int64_t)threadIdx.x * VEC; col < N; col += step) {
-            float h[VEC], w[VEC], b[VEC], y[VEC];
-            load_h<TX, VEC>(p, row, col, h);
-            if (p.res_out) store_dyn<TX, VEC>(p.res_out, p.dt_res_out, row * p.sres_out + col, h);
-            if (p.w) load_dyn<TX, VEC>(p.w, p.dt_w, col, w);
-            if (p.b) load_dyn<TX, VEC>(p.b, p.dt_w, col, b);
+        for_each_column<VEC>(rs, N, [&](int64_t col, auto width) {
+            constexpr int V = decltype(width)::value;
+            float h[V], w[V], b[V], y[V];
+            load_h(col, width, h);
+            if (p.res_out) store_flex<TX, V>(p.res_out, p.dt_res_out, row * p.sres_out + col, vro, h);
+            if (p.w) load_flex<TX, V>(p.w, p.dt_w, col, vw, w);
+            if (p.b) load_flex<TX, V>(p.b, p.dt_w, col, vb, b);
             #pragma unroll
-            for (int j = 0; j < VEC; j++) {
+            for (int j = 0; j < V; j++) {
                 float v = (h[j] - mean) * rstd;
                 if (p.w) v *= w[j] + p.w_off;
                 if (p.b) v += b[j];
                 y[j] = v;
             }
-            store_dyn<TX, VEC>(p.y, p.dt_y, row * p.sy + col, y);
-        }
+            store_flex<TX, V>(p.y, p.dt_y, row * p.sy + col, vy, y);
+        });
     }
 }
 
@@ -308,9 +318,9 @@ static cudaError_t rows_entry(const fn_fwd_params *p, int vec, int ept, int grid
 template <typename TX>
 static cudaError_t two_pass_entry(const fn_fwd_params &p, int vec, int grid, int threads, cudaStream_t s)
 {
-    constexpr int WIDE = 16 / sizeof(TX);
-    if (vec == WIDE) norm_fwd_two_pass<TX, WIDE><<<grid, threads, 0, s>>>(p);
-    else norm_fwd_two_pass<TX, 1><<<grid, threads, 0, s>>>(p);
+    /* Always the vector kernel: it peels each row to its alignment itself. */
+    (void)vec;
+    norm_fwd_two_pass<TX, 16 / sizeof(TX)><<<grid, threads, 0, s>>>(p);
     return cudaGetLastError();
 }
 
