@@ -103,7 +103,7 @@ static void fix_alias_dtypes(th_case *c)
 }
 
 /* The CUDA mixes design.md requires, for a 16-bit activation dtype a. */
-enum { CUDA_MIXES = 4 };
+enum { CUDA_MIXES = 5 };
 static void apply_cuda_mix(th_case *c, int mix, fusednorm_dtype a)
 {
     const fusednorm_dtype f = FUSEDNORM_F32;
@@ -119,6 +119,10 @@ static void apply_cuda_mix(th_case *c, int mix, fusednorm_dtype a)
         break;
     case 3: /* fp32 y (and so dy) with 16-bit x (and dx) */
         c->y = c->dy = f;
+        break;
+    case 4: /* an fp32 residual stream begun from a 16-bit residual: residual_out
+             * and dresidual_out fp32, residual and dresidual 16-bit */
+        c->residual_out = c->dresidual_out = f;
         break;
     }
 }

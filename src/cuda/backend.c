@@ -229,7 +229,7 @@ static void plan_override(const char *var, int is_bwd, int64_t cols, fn_plan *pl
     if (ept == 0) { /* "0,0,0": the two-pass path */
         pl->path = FN_PATH_TWO_PASS;
         pl->ept = 0;
-        pl->tpr = pl->threads = 512;
+        pl->tpr = pl->threads = fn_plan_two_pass_threads(cols, 16 / pl->vec);
         pl->rows_per_block = pl->cluster = 1;
         return;
     }
@@ -244,6 +244,23 @@ static void plan_override(const char *var, int is_bwd, int64_t cols, fn_plan *pl
     pl->threads = pl->rows_per_block * tpr;
 }
 
+/* Sanitizer knob (bench/device.sh sanitize): FUSEDNORM_GRID_CAP=K keeps the
+ * persistent grids to at most K CTAs (clusters), so that a small problem still
+ * walks several rows per CTA and exercises the pipeline's stage reuse, the
+ * per-CTA partial rows and the two-pass accumulators. Read once. */
+static pthread_once_t g_cap_once = PTHREAD_ONCE_INIT;
+static int64_t g_grid_cap;
+static void read_grid_cap(void)
+{
+    const char *v = getenv("FUSEDNORM_GRID_CAP");
+    g_grid_cap = v ? strtoll(v, NULL, 10) : 0;
+}
+static int64_t grid_cap(int64_t grid)
+{
+    pthread_once(&g_cap_once, read_grid_cap);
+    return g_grid_cap > 0 && grid > g_grid_cap ? g_grid_cap : grid;
+}
+
 /* ---- forward --------------------------------------------------------------- */
 
 fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
@@ -253,12 +270,16 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     int dt_w, dt_r, dt_y;
     const fusednorm_tensor *wg[] = {&a->weight, &a->bias};
     const char *wn[] = {"weight", "bias"};
-    const fusednorm_tensor *rg[] = {&a->residual, &a->residual_out};
-    const char *rn[] = {"residual", "residual_out"};
+    /* residual and residual_out each on their own: an fp32 residual stream
+     * may start from a 16-bit residual (the first layer's input). */
+    const fusednorm_tensor *rg[] = {&a->residual}, *rog[] = {&a->residual_out};
+    const char *rn[] = {"residual"}, *ron[] = {"residual_out"};
     const fusednorm_tensor *yg[] = {&a->y};
     const char *yn[] = {"y"};
+    int dt_ro;
     if (!group_dtype(act, wg, 2, &dt_w)) return unsupported_mix(fn, "weight/bias", wg, wn, 2, act);
-    if (!group_dtype(act, rg, 2, &dt_r)) return unsupported_mix(fn, "residual/residual_out", rg, rn, 2, act);
+    if (!group_dtype(act, rg, 1, &dt_r)) return unsupported_mix(fn, "residual", rg, rn, 1, act);
+    if (!group_dtype(act, rog, 1, &dt_ro)) return unsupported_mix(fn, "residual_out", rog, ron, 1, act);
     if (!group_dtype(act, yg, 1, &dt_y)) return unsupported_mix(fn, "y", yg, yn, 1, act);
 
     device_guard g;
@@ -296,7 +317,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     p.is_ln = a->norm == FUSEDNORM_LAYERNORM;
     p.dt_x = act;
     p.dt_res = dt_r;
-    p.dt_res_out = dt_r;
+    p.dt_res_out = dt_ro;
     p.dt_w = dt_w;
     p.dt_y = dt_y;
 
@@ -320,15 +341,19 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
         if (s == FUSEDNORM_OK && pl.path == FN_PATH_ROWS_IN_REGISTERS) {
             int64_t groups = (a->rows + pl.rows_per_block - 1) / pl.rows_per_block;
             if (groups > active) groups = active;
+            groups = grid_cap(groups);
             err = fn_launch_fwd_rows(&p, pl.vec, pl.ept, (int)(groups * pl.cluster), pl.threads, a->stream);
         }
     }
     if (s == FUSEDNORM_OK && pl.path == FN_PATH_TWO_PASS) {
-        int64_t grid = a->rows < (int64_t)df.sm_count * 4 ? a->rows : (int64_t)df.sm_count * 4;
-        p.tpr = 512;
+        /* A grid-stride loop over rows: a full SM's worth of CTAs per SM. */
+        const int threads = fn_plan_two_pass_threads(a->cols, x_bytes);
+        const int64_t most = (int64_t)df.sm_count * (2048 / threads);
+        const int64_t grid = grid_cap(a->rows < most ? a->rows : most);
+        p.tpr = threads;
         p.rows_per_block = 1;
         p.cluster = 1;
-        err = fn_launch_fwd_two_pass(&p, pl.vec, (int)grid, 512, a->stream);
+        err = fn_launch_fwd_two_pass(&p, pl.vec, (int)grid, threads, a->stream);
     }
     guard_exit(&g);
     if (s != FUSEDNORM_OK) return s;
@@ -357,15 +382,17 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     int dt_w, dt_r, dt_dy, dt_x;
     const fusednorm_tensor *wg[] = {&a->weight, &a->dweight, &a->dbias};
     const char *wn[] = {"weight", "dweight", "dbias"};
-    const fusednorm_tensor *rg[] = {&a->dresidual_out, &a->dresidual};
-    const char *rn[] = {"dresidual_out", "dresidual"};
+    const fusednorm_tensor *rg[] = {&a->dresidual_out}, *drg[] = {&a->dresidual};
+    const char *rn[] = {"dresidual_out"}, *drn[] = {"dresidual"};
+    int dt_dr;
     const fusednorm_tensor *yg[] = {&a->dy};
     const char *yn[] = {"dy"};
     const fusednorm_tensor *xg[] = {&a->x};
     const char *xn[] = {"x"};
     if (!group_dtype(act, xg, 1, &dt_x)) return unsupported_mix(fn, "x", xg, xn, 1, act);
     if (!group_dtype(act, wg, 3, &dt_w)) return unsupported_mix(fn, "weight/dweight/dbias", wg, wn, 3, act);
-    if (!group_dtype(act, rg, 2, &dt_r)) return unsupported_mix(fn, "dresidual_out/dresidual", rg, rn, 2, act);
+    if (!group_dtype(act, rg, 1, &dt_r)) return unsupported_mix(fn, "dresidual_out", rg, rn, 1, act);
+    if (!group_dtype(act, drg, 1, &dt_dr)) return unsupported_mix(fn, "dresidual", drg, drn, 1, act);
     if (!group_dtype(act, yg, 1, &dt_dy)) return unsupported_mix(fn, "dy", yg, yn, 1, act);
 
     device_facts df;
@@ -405,7 +432,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     p->dt_dy = dt_dy;
     p->dt_w = dt_w;
     p->dt_dres_out = dt_r;
-    p->dt_dres = dt_r;
+    p->dt_dres = dt_dr;
     p->dt_dw = a->dweight.dtype;
     p->dt_db = a->dbias.dtype;
 
@@ -429,10 +456,9 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
         if (active == 0) pl->path = FN_PATH_TWO_PASS;
     }
     if (pl->path == FN_PATH_TWO_PASS) {
-        pl->tpr = p->tpr = 512;
+        pl->tpr = p->tpr = pl->threads = fn_plan_two_pass_threads(a->cols, x_bytes);
         pl->rows_per_block = p->rows_per_block = 1;
         pl->cluster = p->cluster = 1;
-        pl->threads = 512;
         /* dweight/dbias partials in shared memory when they fit beside two
          * resident CTAs; else read-modify-written in the workspace. */
         const size_t acc_bytes = (size_t)((p->dw != NULL) + (p->db != NULL)) * (size_t)a->cols * sizeof(float);
@@ -442,7 +468,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
             if (s != FUSEDNORM_OK) return s;
         }
         if (active < 1) active = 1;
-        st->grid = (int)(a->rows < active ? a->rows : active);
+        st->grid = (int)grid_cap(a->rows < active ? a->rows : active);
     } else {
         /* Persistent grid: as many clusters as are resident at once, but not
          * more than there are row groups, nor so many that the partial rows
@@ -452,7 +478,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
         if (groups >= 8 && clusters > groups / 4 && groups / 4 >= df.sm_count / pl->cluster)
             clusters = groups / 4;
         if (clusters < 1) clusters = 1;
-        st->grid = (int)(clusters * pl->cluster);
+        st->grid = (int)(grid_cap(clusters) * pl->cluster);
     }
     if (a->rows == 0) st->grid = 0;
 
@@ -543,7 +569,7 @@ fusednorm_status fn_cuda_bwd(const fusednorm_bwd_args *a)
         if (st.plan.path == FN_PATH_ROWS_IN_REGISTERS)
             err = fn_launch_bwd_rows(p, st.plan.vec, st.plan.ept, st.grid, st.plan.threads, a->stream);
         else
-            err = fn_launch_bwd_two_pass(p, st.plan.vec, st.grid, 512, a->stream);
+            err = fn_launch_bwd_two_pass(p, st.plan.vec, st.grid, st.plan.threads, a->stream);
     }
     const int need_finalize = (p->dw && !(p->atomic && st.direct_atomic_w)) || (p->db && !(p->atomic && st.direct_atomic_b));
     if (!err && need_finalize) {
