@@ -458,35 +458,29 @@ class _FusedNormFn(torch.autograd.Function):
 
 class _PlainNormFn(torch.autograd.Function):
     """The common eager call, without bias or residual: apply(x, weight, cfg)
-    with cfg = (norm, eps, weight_offset, out_dtype); returns y alone. autograd's
-    apply costs a few tenths of a microsecond per argument and per output it
-    scans, so this class takes three arguments and gives one output where
-    _FusedNormFn takes five and gives two."""
+    with cfg = (norm, eps, weight_offset, out_dtype, x_code, weight_code, cols,
+    on_cuda), the last four as the caller's checks read them (weight_code 0
+    without weight); returns y alone. autograd's apply costs a few tenths of a
+    microsecond per argument and per output it scans, so this class takes three
+    arguments and gives one output where _FusedNormFn takes five and gives two."""
 
     @staticmethod
     def forward(ctx, x, weight, cfg):
-        norm, eps, weight_offset, out_dtype = cfg
+        norm, eps, weight_offset, out_dtype, x_code, w_code, cols, on_cuda = cfg
         n = x.numel()
         if (n and n <= _RECOMPUTE_STATS_MAX_ELEMENTS and out_dtype is None and x.is_contiguous()
                 and (weight is None or weight.is_contiguous())):
             # The usual small call, inlined: y like x, no stats (the backward
             # recomputes them, as _FusedNormFn does below the same threshold).
-            cols = x.shape[-1]
             y = _empty_like(x)
-            code = DTYPE_CODE[x.dtype]
-            if weight is None:
-                w_ptr = w_code = 0
-            else:
-                w_ptr = weight.data_ptr()
-                w_code = DTYPE_CODE[weight.dtype]
-            if x.is_cuda:
+            if on_cuda:
                 device = x.get_device()
                 backend, stream = _CUDA, _raw_stream(device)
             else:
                 backend = device = stream = 0
-            s = _c_fwd(_fwd_pack(norm, n // cols, cols, eps, weight_offset, x.data_ptr(), code, 0, 0, 0, 0,
-                                 w_ptr, w_code, 0, 0, 0, 0, y.data_ptr(), code, 0, 0, 0, 0,
-                                 0, 0, backend, device, stream))
+            s = _c_fwd(_fwd_pack(norm, n // cols, cols, eps, weight_offset, x.data_ptr(), x_code, 0, 0, 0, 0,
+                                 weight.data_ptr() if weight is not None else 0, w_code, 0, 0, 0, 0, y.data_ptr(), x_code, 0,
+                                 0, 0, 0, 0, 0, backend, device, stream))
             if s:
                 _raise(s, "fusednorm_fwd")
             ctx.meta = (cfg, None, None)
@@ -503,7 +497,7 @@ class _PlainNormFn(torch.autograd.Function):
         if dy is None:
             return None, None, None
         x, weight = ctx.saved_tensors
-        (norm, eps, weight_offset, _), rstd, mean = ctx.meta
+        (norm, eps, weight_offset, *_), rstd, mean = ctx.meta
         need_x, need_w = ctx.needs_input_grad[:2]
         dx, dweight, _, _ = _bwd_impl(dy, x, weight, rstd, mean, None, norm, eps, weight_offset, x.dtype, None,
                                       need_w and weight is not None, None)

@@ -28,6 +28,7 @@ _grad_enabled = torch.is_grad_enabled
 _SUPPORTED = "torch.float32, torch.float16 or torch.bfloat16"
 _INF = float("inf")
 _F32 = torch.float32
+_CODE_OF = DTYPE_CODE.get
 
 
 def _check_tensor(name, t, fn):
@@ -115,24 +116,30 @@ def _check_inputs_fully(fn, x, weight, bias, residual, out_dtype, residual_dtype
 def _norm(fn, norm, x, weight, bias, residual, out_dtype, residual_dtype, eps, prenorm, weight_offset):
     # The common eager call (x and an optional weight, float eps and offset) is
     # recognized and run here with each property read once: the same checks as
-    # _check_inputs' fast test, without its frame or the general path's branches.
+    # _check_inputs' fast test, without its frame or the general path's branches;
+    # what they read (dtype codes, cols, the device kind) goes on to
+    # _PlainNormFn in its cfg, so that its forward need not read it again.
     # Anything else, invalid calls included, takes the general path below, whose
     # checks raise naming the argument.
     if (bias is None and residual is None and residual_dtype is None and not prenorm and type(eps) is float
             and type(weight_offset) is float and 0.0 <= eps < _INF and -_INF < weight_offset < _INF
-            and isinstance(x, _Tensor) and x.dtype in DTYPE_CODE and (out_dtype is None or out_dtype in DTYPE_CODE)):
+            and isinstance(x, _Tensor) and (x_code := _CODE_OF(x.dtype)) is not None
+            and (out_dtype is None or out_dtype in DTYPE_CODE)):
         shape = x.shape
-        if shape and shape[-1] and (x.is_cuda or x.is_cpu):
+        on_cuda = x.is_cuda
+        if shape and shape[-1] and (on_cuda or x.is_cpu):
+            cols = shape[-1]
             if weight is None:
-                weight_ok = True
+                w_code = 0
                 weight_grad = False
+            elif (isinstance(weight, _Tensor) and (w_code := _CODE_OF(weight.dtype)) is not None
+                  and weight.shape == (cols,) and weight.device == x.device):
+                weight_grad = weight.requires_grad
             else:
-                weight_ok = (isinstance(weight, _Tensor) and weight.dtype in DTYPE_CODE
-                             and weight.shape == (shape[-1],) and weight.device == x.device)
-                weight_grad = weight_ok and weight.requires_grad
-            if weight_ok and not _is_compiling():
+                w_code = None
+            if w_code is not None and not _is_compiling():
                 if (x.requires_grad or weight_grad) and _grad_enabled():
-                    return _apply_plain(x, weight, (norm, eps, weight_offset, out_dtype))
+                    return _apply_plain(x, weight, (norm, eps, weight_offset, out_dtype, x_code, w_code, cols, on_cuda))
                 return _fwd_impl(x, weight, None, None, norm, eps, weight_offset, out_dtype, None, False, False)[0]
     _check_inputs(fn, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset)
     if type(eps) is not float:
@@ -152,7 +159,9 @@ def _norm(fn, norm, x, weight, bias, residual, out_dtype, residual_dtype, eps, p
                                        residual_dtype, store_residual_out, needs_grad)
     elif needs_grad:
         if residual is None and bias is None:  # the common call: the cheaper autograd node
-            y = _apply_plain(x, weight, (norm, eps, weight_offset, out_dtype))
+            y = _apply_plain(x, weight, (norm, eps, weight_offset, out_dtype, DTYPE_CODE[x.dtype],
+                                         DTYPE_CODE[weight.dtype] if weight is not None else 0, x.shape[-1],
+                                         x.is_cuda))
             residual_out = None
         else:
             y, residual_out = _apply(x, weight, bias, residual,
@@ -193,18 +202,23 @@ def layernorm(x, weight=None, bias=None, residual=None, out_dtype=None, residual
 
 def _fwd_explicit(fn, norm, x, weight, bias, residual, out_dtype, residual_dtype, eps, store_rstd, weight_offset):
     _check_inputs(fn, x, weight, bias, residual, out_dtype, residual_dtype, eps, weight_offset)
-    args = (x, weight, bias, residual, norm, float(eps), float(weight_offset), out_dtype, residual_dtype,
-            residual is not None, bool(store_rstd))
+    if type(eps) is not float:
+        eps = float(eps)
+    if type(weight_offset) is not float:
+        weight_offset = float(weight_offset)
+    store_rstd = bool(store_rstd)
     if _is_compiling():
         with torch.no_grad():  # explicit pair: no autograd through the op
-            y, residual_out, rstd, mean = fwd_op(*args)
-    else:
-        y, residual_out, rstd, mean = _fwd_impl(*args)
-    if residual is None:
-        residual_out = None
-    if not store_rstd:
-        rstd = mean = None
-    return y, residual_out, rstd, mean
+            y, residual_out, rstd, mean = fwd_op(x, weight, bias, residual, norm, eps, weight_offset, out_dtype,
+                                                 residual_dtype, residual is not None, store_rstd)
+        if residual is None:
+            residual_out = None
+        if not store_rstd:
+            rstd = mean = None
+        return y, residual_out, rstd, mean
+    # _fwd_impl gives None for what it was not asked to write.
+    return _fwd_impl(x, weight, bias, residual, norm, eps, weight_offset, out_dtype, residual_dtype,
+                     residual is not None, store_rstd)
 
 
 def rmsnorm_fwd(x, weight=None, bias=None, residual=None, out_dtype=None, residual_dtype=None, eps=1e-6,
@@ -292,23 +306,31 @@ def _bwd_explicit(fn, norm, x, weight, dout, rstd, mean, dresidual_out, has_bias
                         dx_dtype):
         _check_bwd_fully(fn, norm, x, weight, dout, rstd, mean, dresidual_out, eps, weight_offset, residual_dtype,
                          dx_dtype)
+        eps = float(eps)
+        weight_offset = float(weight_offset)
     if dx_dtype is None:
         dx_dtype = x.dtype
-    if rstd is not None and not rstd.is_contiguous():
-        rstd = rstd.contiguous()
-    if mean is not None and not mean.is_contiguous():
-        mean = mean.contiguous()
+    if rstd is not None:
+        if not rstd.is_contiguous():
+            rstd = rstd.contiguous()
+        if mean is not None and not mean.is_contiguous():
+            mean = mean.contiguous()
+    if not (has_bias or has_residual or _is_compiling()):
+        # The common call: raw pointers in, fresh tensors out, nothing for autograd to record.
+        dx, dw, _, _ = _bwd_impl(dout, x, weight, rstd, mean, dresidual_out, norm, eps, weight_offset, dx_dtype,
+                                 None, weight is not None, None)
+        return dx, dw, None, None
     separate = False
     if has_residual:
         dres_dtype = residual_dtype if residual_dtype is not None else x.dtype
         separate = dres_dtype is not dx_dtype
-    args = (dout, x, weight, rstd, mean, dresidual_out, norm, float(eps), float(weight_offset), dx_dtype,
+    args = (dout, x, weight, rstd, mean, dresidual_out, norm, eps, weight_offset, dx_dtype,
             dres_dtype if separate else None, weight is not None,
             (weight.dtype if weight is not None else x.dtype) if has_bias else None)
     if _is_compiling():
         with torch.no_grad():  # explicit pair: no autograd through the op
             dx, dw, db, dres = bwd_op(*args)
-    else:  # raw pointers in, fresh tensors out: nothing for autograd to record
+    else:
         dx, dw, db, dres = _bwd_impl(*args)
     return (dx, dw if weight is not None else None, db if has_bias else None,
             (dres if separate else dx) if has_residual else None)
