@@ -478,9 +478,14 @@ class _PlainNormFn(torch.autograd.Function):
                 backend, stream = _CUDA, _raw_stream(device)
             else:
                 backend = device = stream = 0
-            s = _c_fwd(_fwd_pack(norm, n // cols, cols, eps, weight_offset, x.data_ptr(), x_code, 0, 0, 0, 0,
-                                 weight.data_ptr() if weight is not None else 0, w_code, 0, 0, 0, 0, y.data_ptr(), x_code, 0,
-                                 0, 0, 0, 0, 0, backend, device, stream))
+            s = _c_fwd(_fwd_pack(norm, n // cols, cols, eps, weight_offset,
+                                 x.data_ptr(), x_code, 0,
+                                 0, 0, 0,
+                                 weight.data_ptr() if weight is not None else 0, w_code, 0,
+                                 0, 0, 0,
+                                 y.data_ptr(), x_code, 0,
+                                 0, 0, 0,
+                                 0, 0, backend, device, stream))
             if s:
                 _raise(s, "fusednorm_fwd")
             ctx.meta = (cfg, None, None)
@@ -497,8 +502,50 @@ class _PlainNormFn(torch.autograd.Function):
         if dy is None:
             return None, None, None
         x, weight = ctx.saved_tensors
-        (norm, eps, weight_offset, *_), rstd, mean = ctx.meta
+        (norm, eps, weight_offset, _, x_code, w_code, cols, on_cuda), rstd, mean = ctx.meta
         need_x, need_w = ctx.needs_input_grad[:2]
+        need_dweight = need_w and weight is not None
+        if on_cuda:
+            device = x.get_device()
+            backend, stream = _CUDA, _raw_stream(device)
+        else:
+            backend = device = stream = 0
+        if not stream and dy.is_contiguous() and x.is_contiguous() and (weight is None or weight.is_contiguous()):
+            # The usual call (the CPU, or CUDA's default stream), inlined: codes
+            # and cols from the forward's checks, the thread's cached workspace
+            # for the device (keyed as _bwd_impl keys it). Anything else (a side
+            # stream or graph capture, strided tensors, a workspace to grow)
+            # goes through _bwd_impl.
+            cached = (_ws_local.__dict__.get("by_device") or _ws_cache()).get(device if on_cuda else -1)
+            dy_code = DTYPE_CODE.get(dy.dtype)
+            rows = x.numel() // cols
+            if cached is not None and dy_code is not None and rows:
+                ws, ws_ptr, ws_bytes = cached
+                if _ws_reuse_hook is not None:
+                    _ws_reuse_hook(ws)
+                dx = _empty_like(x)
+                if need_dweight:
+                    dweight = _empty_like(weight)
+                    dw_ptr = dweight.data_ptr()
+                else:
+                    dweight = None
+                    dw_ptr = 0
+                s = _c_bwd(_bwd_pack(norm, rows, cols, eps, weight_offset, 0,
+                                     dy.data_ptr(), dy_code, 0,
+                                     x.data_ptr(), x_code, 0,
+                                     weight.data_ptr() if weight is not None else 0, w_code, 0,
+                                     0, 0, 0,
+                                     rstd.data_ptr() if rstd is not None else 0,
+                                     mean.data_ptr() if mean is not None else 0,
+                                     dx.data_ptr(), x_code, 0,
+                                     0, 0, 0,
+                                     dw_ptr, w_code if need_dweight else 0, 0,
+                                     0, 0, 0,
+                                     ws_ptr, ws_bytes, backend, device, 0))
+                if not s:
+                    return (dx if need_x else None), dweight, None
+                if s != _ERROR_WORKSPACE:  # a workspace too small wrote nothing: _bwd_impl grows it
+                    _raise(s, "fusednorm_bwd")
         dx, dweight, _, _ = _bwd_impl(dy, x, weight, rstd, mean, None, norm, eps, weight_offset, x.dtype, None,
-                                      need_w and weight is not None, None)
+                                      need_dweight, None)
         return (dx if need_x else None), dweight, None
