@@ -302,7 +302,9 @@ def _bwd_impl(dy, x, weight, rstd, mean, dresidual_out, norm, eps, weight_offset
 
 def _or_empty(ts, like):
     # A custom op returns a fixed number of fresh tensors: absent ones are (0,).
-    return tuple(t if t is not None else like.new_empty(_EMPTY_SHAPE, dtype=torch.float32) for t in ts)
+    # torch.empty with an int size parses faster than new_empty with a shape.
+    dev = like.device
+    return tuple(t if t is not None else _empty(0, dtype=_F32, device=dev) for t in ts)
 
 
 # ---- custom ops ------------------------------------------------------------------
