@@ -16,6 +16,10 @@ from .functional import layernorm, rmsnorm
 
 __all__ = ["RMSNorm", "LayerNorm", "ResidualRMSNorm", "ResidualLayerNorm"]
 
+# eps=None resolves to the input dtype's machine epsilon on every call; reading
+# it from torch.finfo costs about 0.3 us, a dict lookup a tenth of that.
+_DTYPE_EPS = {d: torch.finfo(d).eps for d in (torch.float32, torch.float16, torch.bfloat16)}
+
 
 def _one_dim(normalized_shape, cls):
     if isinstance(normalized_shape, numbers.Integral):
@@ -58,7 +62,10 @@ class RMSNorm(nn.Module):
             nn.init.ones_(self.weight)
 
     def _eps(self, x):
-        return self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+        if self.eps is not None:
+            return self.eps
+        eps = _DTYPE_EPS.get(x.dtype)
+        return eps if eps is not None else torch.finfo(x.dtype).eps
 
     def forward(self, x):
         return rmsnorm(x, self.weight, eps=self._eps(x), weight_offset=self.weight_offset)
