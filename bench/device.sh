@@ -101,6 +101,9 @@ if has sanitize; then
   # small problem still walks several rows per CTA: pipeline stages reused,
   # partial rows summed. memcheck also runs with the default grids, and over
   # the atomic dweight path (bench --atomic, one launch per case).
+  # Device time (session 2): memcheck of 6 column counts x 12 rows ~40 s, racecheck of
+  # 3 x 8 rows ~30 s; the full default set below takes longer than one 10-minute
+  # call: split it with SANITIZERS=... and SANITIZE_COLS=... over several calls.
   COLS=${SANITIZE_COLS:-256,999,4096,4097,65536,131072,300000}
   san() { # name tool timeout cmd...
     local name=$1 tool=$2 t=$3; shift 3
@@ -108,6 +111,7 @@ if has sanitize; then
     local rc=$?
     echo "compute-sanitizer $name: exit $rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$name.log" | tail -1)" | tee -a "$SUMMARY"
     [ $rc -ne 0 ] && grep -m 12 -E "=========  (Invalid|Race|Uninit|Barrier|Error)|FAIL" "$OUT/sanitize_$name.log"
+    pack # a call cut short at its limit keeps every finished tool's log
   }
   for tool in ${SANITIZERS:-memcheck racecheck synccheck initcheck}; do
     rows=24 cols=$COLS t=${SANITIZE_TIMEOUT:-150}
