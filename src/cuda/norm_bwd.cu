@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
         const int64_t row = g * rpb + sub;
         const bool row_ok = row < p.rows;
         /* Without the pipeline x and dy are held here for the whole row. */
-        float xr[PIPE ? 1 : K][VEC], dyr[PIPE ? 1 : K][VEC];
+        [[maybe_unused]] float xr[PIPE ? 1 : K][VEC], dyr[PIPE ? 1 : K][VEC];
         const int cur = it % FN_STAGES;
         if constexpr (PIPE) {
             issue(g + (FN_STAGES - 1) * nclusters, (it + FN_STAGES - 1) % FN_STAGES);
@@ -178,7 +178,8 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
                 }
             }
         }
-        const uint4 *sx = stage + cur * per_stage + threadIdx.x, *sy = sx + K * chx * nthr;
+        [[maybe_unused]] const uint4 *sx = stage + cur * per_stage + threadIdx.x;
+        [[maybe_unused]] const uint4 *sy = sx + K * chx * nthr;
         /* x and dy of vector k of this row (zeros where the row or column is out of range). */
         auto fetch = [&](int k, float (&x)[VEC], float (&dy)[VEC]) {
             if constexpr (PIPE) {
