@@ -85,12 +85,18 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
         best.rows_per_block = best.tpr >= 256 ? 1 : 256 / best.tpr;
         best.threads = best.rows_per_block * best.tpr;
     } else {
-        best.ept = 0;
-        best.threads = best.tpr = fn_plan_two_pass_threads(pb->cols, pb->x_bytes);
-        best.rows_per_block = 1;
-        best.cluster = 1;
+        fn_plan_use_two_pass(&best, pb->cols, pb->x_bytes);
     }
     return best;
+}
+
+void fn_plan_use_two_pass(fn_plan *pl, int64_t cols, int x_bytes)
+{
+    pl->path = FN_PATH_TWO_PASS;
+    pl->ept = 0;
+    pl->threads = pl->tpr = fn_plan_two_pass_threads(cols, x_bytes);
+    pl->rows_per_block = 1;
+    pl->cluster = 1;
 }
 
 int fn_plan_two_pass_threads(int64_t cols, int x_bytes)

@@ -47,6 +47,11 @@ int fn_plan_ept_allowed(int is_bwd, int vec, int ept);
 /* Threads per CTA of the two-pass kernels (one row per CTA) for this row. */
 int fn_plan_two_pass_threads(int64_t cols, int x_bytes);
 
+/* Turns pl into the two-pass plan for this row: one row per CTA of
+ * fn_plan_two_pass_threads threads, no cluster. The planner's fallback, the
+ * lab override and the backend's fallbacks all go through it. */
+void fn_plan_use_two_pass(fn_plan *pl, int64_t cols, int x_bytes);
+
 /* Always succeeds: falls back to FN_PATH_TWO_PASS when no register plan fits. */
 fn_plan fn_plan_make(const fn_plan_problem *pb);
 

@@ -87,6 +87,18 @@ int main(void)
     fn_plan_problem odd = {1, 4097, 2, 0, 9, 16};
     ASSERT_EQ_INT(fn_plan_make(&odd).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&odd).threads, 160);
+    /* The backend's fallbacks turn a register plan into the planner's own
+     * two-pass plan, keeping its vector width. */
+    fn_plan_problem reg = {1, 4096, 2, 1, 9, 16};
+    fn_plan fb = fn_plan_make(&reg);
+    ASSERT_EQ_INT(fb.path, FN_PATH_ROWS_IN_REGISTERS);
+    fn_plan_use_two_pass(&fb, 4096, 2);
+    ASSERT_EQ_INT(fb.path, FN_PATH_TWO_PASS);
+    ASSERT_EQ_INT(fb.vec, 8);
+    ASSERT_EQ_INT(fb.threads, fn_plan_two_pass_threads(4096, 2));
+    ASSERT_EQ_INT(fb.tpr, fb.threads);
+    ASSERT_EQ_INT(fb.rows_per_block, 1);
+    ASSERT_EQ_INT(fb.cluster, 1);
     /* Without clusters (sm_80) the register path ends at one CTA's coverage. */
     fn_plan_problem big = {1, 8193, 2, 1, 8, 1};
     ASSERT_EQ_INT(fn_plan_make(&big).path, FN_PATH_TWO_PASS);

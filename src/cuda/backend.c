@@ -221,16 +221,13 @@ static fusednorm_status check_device_pointer(const void *p, const char *name, in
  * FUSEDNORM_PLAN_BWD = "ept,tpr,cluster" replaces the planner's register plan
  * when that shape is instantiated and covers the row ("0,0,0": two-pass).
  * Not for production. */
-static void plan_override(const char *var, int is_bwd, int64_t cols, fn_plan *pl)
+static void plan_override(const char *var, int is_bwd, int64_t cols, int x_bytes, fn_plan *pl)
 {
     const char *v = getenv(var);
     int ept, tpr, cluster;
     if (!v || sscanf(v, "%d,%d,%d", &ept, &tpr, &cluster) != 3) return;
     if (ept == 0) { /* "0,0,0": the two-pass path */
-        pl->path = FN_PATH_TWO_PASS;
-        pl->ept = 0;
-        pl->tpr = pl->threads = fn_plan_two_pass_threads(cols, 16 / pl->vec);
-        pl->rows_per_block = pl->cluster = 1;
+        fn_plan_use_two_pass(pl, cols, x_bytes);
         return;
     }
     if (!fn_plan_ept_allowed(is_bwd, pl->vec, ept) || tpr < 1 || tpr > 512 || (tpr > 32 && tpr % 32) ||
@@ -327,7 +324,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
                        vector_vec_ok(a->bias.data);
     fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok, df.cc_major, 16};
     fn_plan pl = fn_plan_make(&pb);
-    plan_override("FUSEDNORM_PLAN_FWD", 0, a->cols, &pl);
+    plan_override("FUSEDNORM_PLAN_FWD", 0, a->cols, x_bytes, &pl);
     p.tpr = pl.tpr;
     p.rows_per_block = pl.rows_per_block;
     p.cluster = pl.cluster;
@@ -337,7 +334,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
         /* Persistent grid: every resident CTA (cluster), none beyond the row groups. */
         int active = 0;
         s = max_active(a->device, 0, &p, &pl, fn, &active);
-        if (s == FUSEDNORM_OK && active == 0) pl.path = FN_PATH_TWO_PASS; /* cannot be co-scheduled */
+        if (s == FUSEDNORM_OK && active == 0) fn_plan_use_two_pass(&pl, a->cols, x_bytes); /* cannot be co-scheduled */
         if (s == FUSEDNORM_OK && pl.path == FN_PATH_ROWS_IN_REGISTERS) {
             int64_t groups = (a->rows + pl.rows_per_block - 1) / pl.rows_per_block;
             if (groups > active) groups = active;
@@ -347,13 +344,12 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     }
     if (s == FUSEDNORM_OK && pl.path == FN_PATH_TWO_PASS) {
         /* A grid-stride loop over rows: a full SM's worth of CTAs per SM. */
-        const int threads = fn_plan_two_pass_threads(a->cols, x_bytes);
-        const int64_t most = (int64_t)df.sm_count * (2048 / threads);
+        const int64_t most = (int64_t)df.sm_count * (2048 / pl.threads);
         const int64_t grid = grid_cap(a->rows < most ? a->rows : most);
-        p.tpr = threads;
+        p.tpr = pl.tpr;
         p.rows_per_block = 1;
         p.cluster = 1;
-        err = fn_launch_fwd_two_pass(&p, pl.vec, (int)grid, threads, a->stream);
+        err = fn_launch_fwd_two_pass(&p, pl.vec, (int)grid, pl.threads, a->stream);
     }
     guard_exit(&g);
     if (s != FUSEDNORM_OK) return s;
@@ -442,7 +438,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
                        vector_vec_ok(a->weight.data);
     fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok, df.cc_major, 16};
     st->plan = fn_plan_make(&pb);
-    plan_override("FUSEDNORM_PLAN_BWD", 1, a->cols, &st->plan);
+    plan_override("FUSEDNORM_PLAN_BWD", 1, a->cols, x_bytes, &st->plan);
     fn_plan *pl = &st->plan;
     p->tpr = pl->tpr;
     p->rows_per_block = pl->rows_per_block;
@@ -453,12 +449,12 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     if (a->rows > 0 && pl->path == FN_PATH_ROWS_IN_REGISTERS) {
         s = max_active(a->device, 1, p, pl, fn, &active);
         if (s != FUSEDNORM_OK) return s;
-        if (active == 0) pl->path = FN_PATH_TWO_PASS;
+        if (active == 0) fn_plan_use_two_pass(pl, a->cols, x_bytes);
     }
     if (pl->path == FN_PATH_TWO_PASS) {
-        pl->tpr = p->tpr = pl->threads = fn_plan_two_pass_threads(a->cols, x_bytes);
-        pl->rows_per_block = p->rows_per_block = 1;
-        pl->cluster = p->cluster = 1;
+        p->tpr = pl->tpr;
+        p->rows_per_block = 1;
+        p->cluster = 1;
         /* dweight/dbias partials in shared memory when they fit beside two
          * resident CTAs; else read-modify-written in the workspace. */
         const size_t acc_bytes = (size_t)((p->dw != NULL) + (p->db != NULL)) * (size_t)a->cols * sizeof(float);
