@@ -70,6 +70,10 @@ if has lab; then
       IFS=';' read -ra items <<<"$LAB"
       for item in "${items[@]}"; do lab $item; done
     else
+    # column-split backward (branch wip/bwd-column-split): where two-pass partials do not fit
+    # shared memory it is the planner's choice; 0,0,0 forces it where clusters are planned
+    lab bwd bf16 262144; lab bwd bf16 65537; lab bwd f32 262144
+    for pl in "" 0,0,0; do lab bwd bf16 65536 $pl; lab bwd bf16 131072 $pl; done
     # odd N: the planner (two-pass) against the one-element register plans
     for pl in "" 16,288,1 8,288,2; do lab fwd bf16 4097 $pl; done
     for pl in "" 8,288,2 4,512,2; do lab bwd bf16 4097 $pl; done

@@ -16,7 +16,10 @@ extern "C" {
 
 typedef enum fn_path {
     FN_PATH_ROWS_IN_REGISTERS = 0, /* row slices in registers; clusters of CTAs on sm_90 */
-    FN_PATH_TWO_PASS = 1           /* any N, any alignment: one CTA per row, the row re-read from memory */
+    FN_PATH_TWO_PASS = 1,          /* any N, any alignment: one CTA per row, the row re-read from memory */
+    FN_PATH_COLUMN_SPLIT = 2       /* backward only, chosen by the backend where two-pass partials would not
+                                    * fit shared memory: row statistics first (two-pass kernel), then CTAs
+                                    * that own a column range over a group of rows */
 } fn_path;
 
 typedef struct fn_plan_problem {

@@ -19,10 +19,11 @@
  * fused) may be TX or fp32, like dy, dresidual_out and dresidual.
  *
  * Kernels: norm_bwd_rows_in_registers (row slices in registers, clusters on
- * sm_90, as in the forward) and norm_bwd_two_pass (any N, any alignment,
- * rows peeled to their 16-byte boundary; re-reads the row; partial sums in
- * shared memory when they fit, else read-modify-written in workspace rows
- * that the launcher zeroes).
+ * sm_90, as in the forward), norm_bwd_two_pass (any N, any alignment, rows
+ * peeled to their 16-byte boundary; re-reads the row; partial sums in shared
+ * memory when they fit), and for rows whose partials do not fit, the column
+ * split: norm_bwd_two_pass writes each row's statistics, then
+ * norm_bwd_columns computes dx and the partial rows by column ranges.
  */
 #include "common.cuh"
 #include "launch.cuh"
@@ -315,7 +316,7 @@ __global__ void __launch_bounds__(512, 2) norm_bwd_two_pass(const fn_bwd_params 
             if (acc_b) acc_b[col] = 0.0f;
         }
         __syncthreads();
-    } else {
+    } else if (!p.row_stats) { /* (the statistics pass accumulates nothing) */
         const int64_t at = p.atomic ? 0 : (int64_t)blockIdx.x * N;
         acc_w = p.dw ? p.ws_dw + at : nullptr;
         acc_b = p.db ? p.ws_db + at : nullptr;
@@ -387,6 +388,11 @@ __global__ void __launch_bounds__(512, 2) norm_bwd_two_pass(const fn_bwd_params 
         });
         row_allreduce<2>(s, sm, buf, blockDim.x, 0, 1);
         const float c1 = s[0] * inv_n, c2 = p.is_ln ? s[1] * inv_n : 0.0f;
+        if (p.row_stats) { /* column split, pass 1: the row's statistics only */
+            if (threadIdx.x == 0)
+                reinterpret_cast<float4 *>(p.row_stats)[row] = make_float4(rstd, mean, c1, c2);
+            continue;
+        }
         for_each_column<VEC>(rs, N, [&](int64_t col, auto width) {
             constexpr int V = decltype(width)::value;
             float v[V], dy[V], g[V], dres[V], dx[V];
@@ -420,6 +426,81 @@ __global__ void __launch_bounds__(512, 2) norm_bwd_two_pass(const fn_bwd_params 
                 if (acc_w) p.ws_dw[(int64_t)blockIdx.x * N + col] = acc_w[col];
                 if (acc_b) p.ws_db[(int64_t)blockIdx.x * N + col] = acc_b[col];
             }
+        }
+    }
+}
+
+/* Column split, pass 2 (any N, any alignment): CTA (i, j) owns columns
+ * [i*256*VEC, (i+1)*256*VEC) of the rows of group j, a thread VEC columns.
+ * With the row statistics of pass 1, each row is one read of x and dy and
+ * one write of dx; the thread's (w + w_off) and its dweight/dbias sums stay in
+ * registers over the whole group, and one partial row per group goes to the
+ * workspace (or is atomically added). Vectors where each row's tensor is
+ * 16-byte aligned at the thread's column, single elements otherwise. */
+template <typename TX, int VEC>
+__global__ void __launch_bounds__(FN_COLUMNS_THREADS, sizeof(TX) == 2 ? 3 : 4) norm_bwd_columns(const fn_bwd_params p)
+{
+    const int64_t N = p.cols;
+    const int64_t col = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+    if (col >= N) return; /* no barrier below: idle threads may leave */
+    const int valid = N - col < VEC ? (int)(N - col) : VEC;
+    const int64_t r0 = (int64_t)blockIdx.y * p.rows_per_group;
+    const int64_t r1 = r0 + p.rows_per_group < p.rows ? r0 + p.rows_per_group : p.rows;
+    const int xb = dtype_bytes(p.dt_x), yb = dtype_bytes(p.dt_dy), rb = dtype_bytes(p.dt_dres_out),
+              drb = dtype_bytes(p.dt_dres), dxb = (int)sizeof(TX);
+    /* V elements from element i: a vector when whole and aligned, else one at a time. */
+    auto load = [&](const void *base, int dt, int bytes, int64_t i, float (&v)[VEC]) {
+        if (valid == VEC) {
+            load_flex<TX, VEC>(base, dt, i, vec_at(base, i, bytes), v);
+        } else {
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) v[j] = j < valid ? load_any(base, dt, i + j) : 0.0f;
+        }
+    };
+    auto store = [&](void *base, int dt, int bytes, int64_t i, const float (&v)[VEC]) {
+        if (valid == VEC) {
+            store_flex<TX, VEC>(base, dt, i, vec_at(base, i, bytes), v);
+        } else {
+            #pragma unroll
+            for (int j = 0; j < VEC; j++)
+                if (j < valid) store_any(base, dt, i + j, v[j]);
+        }
+    };
+    float w[VEC], dw[VEC], db[VEC];
+    #pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        w[j] = p.w && j < valid ? load_any(p.w, p.dt_w, col + j) + p.w_off : 1.0f;
+        dw[j] = db[j] = 0.0f;
+    }
+    const float4 *stats = reinterpret_cast<const float4 *>(p.row_stats);
+    #pragma unroll 2
+    for (int64_t row = r0; row < r1; row++) {
+        const float4 st = stats[row]; /* rstd, mean, c1, c2 */
+        float x[VEC], dy[VEC], dres[VEC], dx[VEC];
+        load(p.x, p.dt_x, xb, row * p.sx + col, x);
+        load(p.dy, p.dt_dy, yb, row * p.sdy + col, dy);
+        if (p.dres_out) load(p.dres_out, p.dt_dres_out, rb, row * p.sdres_out + col, dres);
+        #pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            const float xh = (x[j] - st.y) * st.x;
+            float d = st.x * (dy[j] * w[j] - st.w - xh * st.z);
+            if (p.dres_out) d += dres[j];
+            dx[j] = d;
+            dw[j] = fmaf(dy[j], xh, dw[j]);
+            db[j] += dy[j];
+        }
+        store(p.dx, (int)dtype_of<TX>::value, dxb, row * p.sdx + col, dx);
+        if (p.dres) store(p.dres, p.dt_dres, drb, row * p.sdres + col, dx);
+    }
+    #pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        if (j >= valid) break;
+        if (p.atomic) {
+            if (p.dw) atomicAdd(p.ws_dw + col + j, dw[j]);
+            if (p.db) atomicAdd(p.ws_db + col + j, db[j]);
+        } else {
+            if (p.dw) p.ws_dw[(int64_t)blockIdx.y * N + col + j] = dw[j];
+            if (p.db) p.ws_db[(int64_t)blockIdx.y * N + col + j] = db[j];
         }
     }
 }
@@ -526,6 +607,19 @@ extern "C" int fn_max_active_bwd_rows(const fn_bwd_params *p, int vec, int ept, 
 extern "C" int fn_launch_bwd_two_pass(const fn_bwd_params *p, int vec, int grid, int threads, void *stream)
 {
     return (int)fn::two_pass_dispatch(p, vec, grid, threads, stream, nullptr);
+}
+
+extern "C" int fn_launch_bwd_columns(const fn_bwd_params *p, int col_chunks, int row_groups, void *stream)
+{
+    const dim3 grid((unsigned)col_chunks, (unsigned)row_groups);
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (p->dt_dx) {
+    case FN_DT_F32: fn::norm_bwd_columns<float, 4><<<grid, FN_COLUMNS_THREADS, 0, s>>>(*p); break;
+    case FN_DT_F16: fn::norm_bwd_columns<__half, 8><<<grid, FN_COLUMNS_THREADS, 0, s>>>(*p); break;
+    case FN_DT_BF16: fn::norm_bwd_columns<__nv_bfloat16, 8><<<grid, FN_COLUMNS_THREADS, 0, s>>>(*p); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+    return (int)cudaGetLastError();
 }
 
 extern "C" int fn_max_active_bwd_two_pass(const fn_bwd_params *p, int vec, int threads, int *count)
