@@ -110,3 +110,22 @@ int fn_plan_two_pass_threads(int64_t cols, int x_bytes)
     t = (t + 31) / 32 * 32;
     return t < 128 ? 128 : (t > 512 ? 512 : (int)t);
 }
+
+fn_column_split fn_plan_column_split(int64_t rows, int64_t cols, int x_bytes, int threads, int sm_count,
+                                     int blocks_per_sm)
+{
+    fn_column_split cs;
+    const int64_t chunk = (int64_t)threads * (16 / x_bytes);
+    cs.chunks = (cols + chunk - 1) / chunk;
+    /* About 4 waves: a partly filled last wave then costs at most a quarter
+     * of one, while the partial rows (one per group) stay few. */
+    const int64_t resident = (int64_t)sm_count * blocks_per_sm;
+    int64_t wanted = (4 * resident + cs.chunks - 1) / cs.chunks;
+    if (wanted > rows) wanted = rows;
+    if (wanted > 65535) wanted = 65535; /* gridDim.y */
+    if (wanted < 1) wanted = 1;
+    cs.per_group = (rows + wanted - 1) / wanted;
+    if (cs.per_group < 1) cs.per_group = 1;
+    cs.groups = (rows + cs.per_group - 1) / cs.per_group;
+    return cs;
+}

@@ -99,6 +99,21 @@ int main(void)
     ASSERT_EQ_INT(fb.tpr, fb.threads);
     ASSERT_EQ_INT(fb.rows_per_block, 1);
     ASSERT_EQ_INT(fb.cluster, 1);
+    /* The column split covers every row and column, no group empty. */
+    static const int64_t cs_rows[] = {1, 2, 7, 37, 4096, 16383, 1 << 20, (int64_t)1 << 33};
+    static const int64_t cs_cols[] = {1, 7, 2047, 2048, 4097, 65537, 262144, 1 << 22};
+    for (size_t i = 0; i < sizeof cs_rows / sizeof cs_rows[0]; i++)
+        for (size_t j = 0; j < sizeof cs_cols / sizeof cs_cols[0]; j++)
+            for (int xb = 2; xb <= 4; xb += 2) {
+                const fn_column_split cs = fn_plan_column_split(cs_rows[i], cs_cols[j], xb, 256, 132, 3);
+                snprintf(th_context, sizeof th_context, "column split rows %lld cols %lld", (long long)cs_rows[i],
+                         (long long)cs_cols[j]);
+                ASSERT_TRUE(cs.chunks * 256 * (16 / xb) >= cs_cols[j]);
+                ASSERT_TRUE((cs.chunks - 1) * 256 * (16 / xb) < cs_cols[j]);
+                ASSERT_TRUE(cs.groups >= 1 && cs.groups <= 65535);
+                ASSERT_TRUE(cs.groups * cs.per_group >= cs_rows[i]);
+                ASSERT_TRUE((cs.groups - 1) * cs.per_group < cs_rows[i]);
+            }
     /* Without clusters (sm_80) the register path ends at one CTA's coverage. */
     fn_plan_problem big = {1, 8193, 2, 1, 8, 1};
     ASSERT_EQ_INT(fn_plan_make(&big).path, FN_PATH_TWO_PASS);

@@ -468,23 +468,15 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
         st->grid = (int)grid_cap(a->rows < active ? a->rows : active);
         if (acc_bytes > 0 && !p->smem_acc && a->rows > 0) {
             /* The partials would be read-modify-written in global memory for
-             * every row (measured 11-13% of copy): split by columns instead.
-             * About 4 waves of the second pass (its launch bounds keep 3
-             * CTAs per SM for 16-bit rows, 4 for fp32), each CTA a column
-             * range of a row group, one partial row per group. */
-            const int vec_w = 16 / x_bytes;
-            const int64_t chunk = (int64_t)FN_COLUMNS_THREADS * vec_w;
-            const int64_t chunks = (a->cols + chunk - 1) / chunk;
-            const int64_t resident = (int64_t)df.sm_count * (x_bytes == 2 ? 3 : 4);
-            int64_t groups_wanted = (4 * resident + chunks - 1) / chunks;
-            if (groups_wanted > a->rows) groups_wanted = a->rows;
-            if (groups_wanted > 65535) groups_wanted = 65535;
-            if (groups_wanted < 1) groups_wanted = 1;
-            const int64_t per_group = (a->rows + groups_wanted - 1) / groups_wanted;
+             * every row (measured 11-13% of copy): split by columns instead
+             * (the second pass's launch bounds keep 3 CTAs per SM for 16-bit
+             * rows, 4 for fp32). */
+            const fn_column_split cs = fn_plan_column_split(a->rows, a->cols, x_bytes, FN_COLUMNS_THREADS,
+                                                            df.sm_count, x_bytes == 2 ? 3 : 4);
             pl->path = FN_PATH_COLUMN_SPLIT;
-            p->rows_per_group = per_group;
-            st->row_groups = (int)((a->rows + per_group - 1) / per_group);
-            st->col_chunks = (int)chunks;
+            p->rows_per_group = cs.per_group;
+            st->row_groups = (int)cs.groups;
+            st->col_chunks = (int)cs.chunks;
         }
     } else {
         /* Persistent grid: as many clusters as are resident at once, but not
