@@ -121,9 +121,17 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
     uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
     const int nthr = blockDim.x, chx = chunks_of<TX, VEC>(p.dt_x), chy = chunks_of<TX, VEC>(p.dt_dy);
     const int per_stage = K * (chx + chy) * nthr; /* uint4 per stage */
+    /* After the stages: each thread's copy of its row's (rstd, mean) per stage,
+     * fetched with the row so that the row's first use does not wait on a
+     * dependent global load. */
+    float2 *stat_slot = reinterpret_cast<float2 *>(stage + FN_STAGES * per_stage);
     auto issue = [&](int64_t g, int st) {
         const int64_t row = g * rpb + sub;
         if (g < groups && row < p.rows) {
+            if (p.rstd) {
+                cp_async4(&stat_slot[st * nthr + threadIdx.x].x, p.rstd + row);
+                if (p.is_ln) cp_async4(&stat_slot[st * nthr + threadIdx.x].y, p.mean + row);
+            }
             uint4 *sx = stage + st * per_stage + threadIdx.x, *sy = sx + K * chx * nthr;
             #pragma unroll
             for (int k = 0; k < K; k++) {
@@ -203,8 +211,14 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
         float mean = 0.0f, rstd = 0.0f;
         if (p.rstd) {
             if (row_ok) {
-                rstd = p.rstd[row];
-                if constexpr (LN) mean = p.mean[row];
+                if constexpr (PIPE) {
+                    const float2 sv = stat_slot[cur * nthr + threadIdx.x];
+                    rstd = sv.x;
+                    if constexpr (LN) mean = sv.y;
+                } else {
+                    rstd = p.rstd[row];
+                    if constexpr (LN) mean = p.mean[row];
+                }
             }
         } else {
             if constexpr (LN) {
@@ -521,6 +535,7 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     size_t stage_bytes = VEC > 1 ? bwd_stage_bytes<TX, VEC, EPT>(p, threads) : 0;
     const bool pipe = stage_bytes > 0 && stage_bytes <= FN_MAX_STAGE_BYTES; /* see the forward's launcher */
     if (!pipe) stage_bytes = 0;
+    else stage_bytes += FN_STAGES * (size_t)threads * 8; /* the per-stage (rstd, mean) slots */
     size_t smem = partial_bytes > stage_bytes ? partial_bytes : stage_bytes;
     /* The weight cache after the stages: the CTA's tpr*EPT columns in fp32. */
     fn_bwd_params q = p;
