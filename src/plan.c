@@ -18,8 +18,10 @@
  *     reached 35% of copy bandwidth where fp32 with 32 bytes reached 55-70%).
  *     The target is 64 bytes per thread in the forward and 32 per input
  *     (x and dy) in the backward.
- * Past the largest coverage (131072 fwd / 131072 bwd on sm_90 with vector
- * access; 16384 / 8192 without clusters) the two-pass path takes over.
+ * Past the largest coverage (131072 fwd / 65536 bwd on sm_90 with vector
+ * access; 16384 / 8192 without clusters) the two-pass path takes over (the
+ * backend turns a two-pass backward whose partial rows do not fit shared
+ * memory into the column split).
  *
  * Without vector access (odd N, misaligned pointers or row pitches), rows of
  * FN_PLAN_SCALAR_TWO_PASS_COLS or more also take the two-pass path: held in
@@ -46,10 +48,12 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     fn_plan best = {FN_PATH_TWO_PASS, 1, 0, 512, 1, 1, 512};
     const int vec = pb->vec_ok ? 16 / pb->x_bytes : 1;
     best.vec = vec;
-    /* The forward stops at clusters of 8: at N = 262144 bf16 the two-pass
-     * kernel (49% of copy) beat a cluster of 16 (38%); at 131072 a cluster of
-     * 8 and two-pass were even (47% / 49%). */
-    const int cap = pb->is_bwd ? 16 : 8;
+    /* Both passes stop at clusters of 8. Forward: at N = 262144 bf16 the
+     * two-pass kernel (49% of copy) beat a cluster of 16 (38%); at 131072 a
+     * cluster of 8 and two-pass were even (47% / 49%). Backward: at N = 131072
+     * bf16 the column split (39%) beat a cluster of 16 (34%); at 65536 a
+     * cluster of 8 still wins (43% against 40%). */
+    const int cap = 8;
     int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < cap ? pb->max_cluster : cap) : 1;
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);

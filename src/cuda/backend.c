@@ -183,7 +183,7 @@ static fusednorm_status max_active(int device, int is_bwd, const void *params, c
     pthread_mutex_unlock(&g_lock);
     int n = 0, err;
     if (!is_bwd) err = fn_max_active_fwd_rows((const fn_fwd_params *)params, pl->vec, pl->ept, pl->threads, &n);
-    else if (two_pass) err = fn_max_active_bwd_two_pass((const fn_bwd_params *)params, pl->vec, pl->threads, &n);
+    else if (two_pass) err = fn_max_active_bwd_two_pass((const fn_bwd_params *)params, pl->threads, &n);
     else err = fn_max_active_bwd_rows((const fn_bwd_params *)params, pl->vec, pl->ept, pl->threads, &n);
     if (err) return cuda_fail(fn, "occupancy query", (cudaError_t)err);
     key.active = n;
@@ -349,7 +349,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
         p.tpr = pl.tpr;
         p.rows_per_block = 1;
         p.cluster = 1;
-        err = fn_launch_fwd_two_pass(&p, pl.vec, (int)grid, pl.threads, a->stream);
+        err = fn_launch_fwd_two_pass(&p, (int)grid, pl.threads, a->stream);
     }
     guard_exit(&g);
     if (s != FUSEDNORM_OK) return s;
@@ -568,10 +568,6 @@ fusednorm_status fn_cuda_bwd(const fusednorm_bwd_args *a)
         const size_t part_bytes = (size_t)p->partials * row_bytes;
         if (p->dw) p->ws_dw = align_ws(&cursor, part_bytes);
         if (p->db) p->ws_db = align_ws(&cursor, part_bytes);
-        if (st.plan.path == FN_PATH_TWO_PASS && !p->smem_acc && a->rows > 0) { /* partial rows are read-modify-written */
-            if (p->dw) e = cudaMemsetAsync(p->ws_dw, 0, part_bytes, stream);
-            if (e == cudaSuccess && p->db) e = cudaMemsetAsync(p->ws_db, 0, part_bytes, stream);
-        }
     }
     if (e != cudaSuccess) {
         guard_exit(&g);
@@ -583,10 +579,10 @@ fusednorm_status fn_cuda_bwd(const fusednorm_bwd_args *a)
             err = fn_launch_bwd_rows(p, st.plan.vec, st.plan.ept, st.grid, st.plan.threads, a->stream);
         } else if (st.plan.path == FN_PATH_COLUMN_SPLIT) {
             /* Pass 1: the two-pass kernel writes each row's statistics, no dx. */
-            err = fn_launch_bwd_two_pass(p, st.plan.vec, st.grid, st.plan.threads, a->stream);
+            err = fn_launch_bwd_two_pass(p, st.grid, st.plan.threads, a->stream);
             if (!err) err = fn_launch_bwd_columns(p, st.col_chunks, st.row_groups, a->stream);
         } else {
-            err = fn_launch_bwd_two_pass(p, st.plan.vec, st.grid, st.plan.threads, a->stream);
+            err = fn_launch_bwd_two_pass(p, st.grid, st.plan.threads, a->stream);
         }
     }
     const int need_finalize = (p->dw && !(p->atomic && st.direct_atomic_w)) || (p->db && !(p->atomic && st.direct_atomic_b));

@@ -306,9 +306,10 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
 /* Any N, any alignment. One CTA per row at a time (grid-stride), the row read
  * again for each pass (from L2 when the rows in flight fit it), split at x's
  * 16-byte boundary as in the forward's two-pass kernel (split_row). The
- * dweight/dbias partials of the block accumulate in shared memory when they
- * fit (p.smem_acc; the partial row is written once at the end), else are
- * read-modify-written in the block's workspace row (zeroed by the launcher).
+ * dweight/dbias partials of the block accumulate in shared memory (p.smem_acc;
+ * the partial row is written once at the end). Rows whose partials do not fit
+ * there take the column split instead, whose first pass is this kernel with
+ * p.row_stats set: it writes each row's statistics and accumulates nothing.
  * Which thread owns a column changes with each row's alignment; the barriers
  * of the row reductions order one row's updates before the next row's. */
 template <typename TX, int VEC>
@@ -330,12 +331,7 @@ __global__ void __launch_bounds__(512, 2) norm_bwd_two_pass(const fn_bwd_params 
             if (acc_b) acc_b[col] = 0.0f;
         }
         __syncthreads();
-    } else if (!p.row_stats) { /* (the statistics pass accumulates nothing) */
-        const int64_t at = p.atomic ? 0 : (int64_t)blockIdx.x * N;
-        acc_w = p.dw ? p.ws_dw + at : nullptr;
-        acc_b = p.db ? p.ws_db + at : nullptr;
     }
-    const bool rmw_atomic = p.atomic && !p.smem_acc;
     for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
         const char *xrow = (const char *)p.x + row * p.sx * xb;
         const RowSplit rs = split_row<VEC>(xrow, xb, N);
@@ -418,13 +414,8 @@ __global__ void __launch_bounds__(512, 2) norm_bwd_two_pass(const fn_bwd_params 
                 float d = rstd * (g[j] - c2 - xh * c1);
                 if (p.dres_out) d += dres[j];
                 dx[j] = d;
-                if (rmw_atomic) {
-                    if (acc_w) atomicAdd(acc_w + col + j, dy[j] * xh);
-                    if (acc_b) atomicAdd(acc_b + col + j, dy[j]);
-                } else {
-                    if (acc_w) acc_w[col + j] += dy[j] * xh;
-                    if (acc_b) acc_b[col + j] += dy[j];
-                }
+                if (acc_w) acc_w[col + j] += dy[j] * xh;
+                if (acc_b) acc_b[col + j] += dy[j];
             }
             store_flex<TX, V>(p.dx, (int)dtype_of<TX>::value, row * p.sdx + col, vdx, dx);
             if (p.dres) store_flex<TX, V>(p.dres, p.dt_dres, row * p.sdres + col, vdr, dx);
@@ -587,22 +578,20 @@ static cudaError_t rows_entry(const fn_bwd_params *p, int vec, int ept, int grid
 }
 
 template <typename TX>
-static cudaError_t two_pass_entry(const fn_bwd_params &p, int vec, int grid, int threads, cudaStream_t s,
-                                  int *active)
+static cudaError_t two_pass_entry(const fn_bwd_params &p, int grid, int threads, cudaStream_t s, int *active)
 {
     /* Always the vector kernel: it peels each row to its alignment itself. */
-    (void)vec;
     const size_t smem = p.smem_acc ? (size_t)((p.dw != nullptr) + (p.db != nullptr)) * p.cols * sizeof(float) : 0;
     return launch_or_query(norm_bwd_two_pass<TX, 16 / sizeof(TX)>, p, grid, threads, smem, 1, s, active);
 }
 
-static cudaError_t two_pass_dispatch(const fn_bwd_params *p, int vec, int grid, int threads, void *stream, int *active)
+static cudaError_t two_pass_dispatch(const fn_bwd_params *p, int grid, int threads, void *stream, int *active)
 {
     cudaStream_t s = (cudaStream_t)stream;
     switch (p->dt_dx) {
-    case FN_DT_F32: return two_pass_entry<float>(*p, vec, grid, threads, s, active);
-    case FN_DT_F16: return two_pass_entry<__half>(*p, vec, grid, threads, s, active);
-    case FN_DT_BF16: return two_pass_entry<__nv_bfloat16>(*p, vec, grid, threads, s, active);
+    case FN_DT_F32: return two_pass_entry<float>(*p, grid, threads, s, active);
+    case FN_DT_F16: return two_pass_entry<__half>(*p, grid, threads, s, active);
+    case FN_DT_BF16: return two_pass_entry<__nv_bfloat16>(*p, grid, threads, s, active);
     }
     return cudaErrorInvalidValue;
 }
@@ -619,9 +608,9 @@ extern "C" int fn_max_active_bwd_rows(const fn_bwd_params *p, int vec, int ept, 
     return (int)fn::rows_entry(p, vec, ept, 1, threads, nullptr, count);
 }
 
-extern "C" int fn_launch_bwd_two_pass(const fn_bwd_params *p, int vec, int grid, int threads, void *stream)
+extern "C" int fn_launch_bwd_two_pass(const fn_bwd_params *p, int grid, int threads, void *stream)
 {
-    return (int)fn::two_pass_dispatch(p, vec, grid, threads, stream, nullptr);
+    return (int)fn::two_pass_dispatch(p, grid, threads, stream, nullptr);
 }
 
 extern "C" int fn_launch_bwd_columns(const fn_bwd_params *p, int col_chunks, int row_groups, void *stream)
@@ -637,7 +626,7 @@ extern "C" int fn_launch_bwd_columns(const fn_bwd_params *p, int col_chunks, int
     return (int)cudaGetLastError();
 }
 
-extern "C" int fn_max_active_bwd_two_pass(const fn_bwd_params *p, int vec, int threads, int *count)
+extern "C" int fn_max_active_bwd_two_pass(const fn_bwd_params *p, int threads, int *count)
 {
-    return (int)fn::two_pass_dispatch(p, vec, 1, threads, nullptr, count);
+    return (int)fn::two_pass_dispatch(p, 1, threads, nullptr, count);
 }
