@@ -18,8 +18,10 @@
  *     reached 35% of copy bandwidth where fp32 with 32 bytes reached 55-70%).
  *     The target is 64 bytes per thread in the forward and 32 per input
  *     (x and dy) in the backward.
- * Past the largest coverage (131072 fwd / 131072 bwd on sm_90 with vector
- * access; 16384 / 8192 without clusters) the two-pass path takes over.
+ * Past the largest coverage (131072 fwd / 65536 bwd on sm_90 with vector
+ * access; 16384 / 8192 without clusters) the two-pass path takes over (the
+ * backend turns a two-pass backward whose partial rows do not fit shared
+ * memory into the column split).
  *
  * Without vector access (odd N, misaligned pointers or row pitches), rows of
  * FN_PLAN_SCALAR_TWO_PASS_COLS or more also take the two-pass path: held in
@@ -46,10 +48,12 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     fn_plan best = {FN_PATH_TWO_PASS, 1, 0, 512, 1, 1, 512};
     const int vec = pb->vec_ok ? 16 / pb->x_bytes : 1;
     best.vec = vec;
-    /* The forward stops at clusters of 8: at N = 262144 bf16 the two-pass
-     * kernel (49% of copy) beat a cluster of 16 (38%); at 131072 a cluster of
-     * 8 and two-pass were even (47% / 49%). */
-    const int cap = pb->is_bwd ? 16 : 8;
+    /* Both passes stop at clusters of 8. Forward: at N = 262144 bf16 the
+     * two-pass kernel (49% of copy) beat a cluster of 16 (38%); at 131072 a
+     * cluster of 8 and two-pass were even (47% / 49%). Backward: at N = 131072
+     * bf16 the column split (39%) beat a cluster of 16 (34%); at 65536 a
+     * cluster of 8 still wins (43% against 40%). */
+    const int cap = 8;
     int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < cap ? pb->max_cluster : cap) : 1;
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
@@ -109,4 +113,23 @@ int fn_plan_two_pass_threads(int64_t cols, int x_bytes)
     int64_t t = (vectors + 3) / 4;
     t = (t + 31) / 32 * 32;
     return t < 128 ? 128 : (t > 512 ? 512 : (int)t);
+}
+
+fn_column_split fn_plan_column_split(int64_t rows, int64_t cols, int x_bytes, int threads, int sm_count,
+                                     int blocks_per_sm)
+{
+    fn_column_split cs;
+    const int64_t chunk = (int64_t)threads * (16 / x_bytes);
+    cs.chunks = (cols + chunk - 1) / chunk;
+    /* About 4 waves: a partly filled last wave then costs at most a quarter
+     * of one, while the partial rows (one per group) stay few. */
+    const int64_t resident = (int64_t)sm_count * blocks_per_sm;
+    int64_t wanted = (4 * resident + cs.chunks - 1) / cs.chunks;
+    if (wanted > rows) wanted = rows;
+    if (wanted > 65535) wanted = 65535; /* gridDim.y */
+    if (wanted < 1) wanted = 1;
+    cs.per_group = (rows + wanted - 1) / wanted;
+    if (cs.per_group < 1) cs.per_group = 1;
+    cs.groups = (rows + cs.per_group - 1) / cs.per_group;
+    return cs;
 }

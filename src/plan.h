@@ -16,7 +16,10 @@ extern "C" {
 
 typedef enum fn_path {
     FN_PATH_ROWS_IN_REGISTERS = 0, /* row slices in registers; clusters of CTAs on sm_90 */
-    FN_PATH_TWO_PASS = 1           /* any N, any alignment: one CTA per row, the row re-read from memory */
+    FN_PATH_TWO_PASS = 1,          /* any N, any alignment: one CTA per row, the row re-read from memory */
+    FN_PATH_COLUMN_SPLIT = 2       /* backward only, chosen by the backend where two-pass partials would not
+                                    * fit shared memory: row statistics first (two-pass kernel), then CTAs
+                                    * that own a column range over a group of rows */
 } fn_path;
 
 typedef struct fn_plan_problem {
@@ -51,6 +54,17 @@ int fn_plan_two_pass_threads(int64_t cols, int x_bytes);
  * fn_plan_two_pass_threads threads, no cluster. The planner's fallback, the
  * lab override and the backend's fallbacks all go through it. */
 void fn_plan_use_two_pass(fn_plan *pl, int64_t cols, int x_bytes);
+
+/* The column-split backward's second pass (FN_PATH_COLUMN_SPLIT): CTAs of
+ * `threads` threads, each thread vec_w columns, so chunks = ceil(cols /
+ * (threads * vec_w)) column ranges; rows cut into groups of per_group rows
+ * (groups <= 65535, none empty), about 4 waves of CTAs with blocks_per_sm
+ * resident per SM. One partial row per group. */
+typedef struct fn_column_split {
+    int64_t chunks, groups, per_group;
+} fn_column_split;
+fn_column_split fn_plan_column_split(int64_t rows, int64_t cols, int x_bytes, int threads, int sm_count,
+                                     int blocks_per_sm);
 
 /* Always succeeds: falls back to FN_PATH_TWO_PASS when no register plan fits. */
 fn_plan fn_plan_make(const fn_plan_problem *pb);

@@ -5,7 +5,7 @@
  * shape the kernels are instantiated for and must cover the row:
  *   - rows path: ept allowed for (direction, vec); cluster * tpr * ept >= cols;
  *     tpr a power of two below a warp or a whole number of warps <= 512;
- *     threads = rows_per_block * tpr <= 512; clusters only on sm_90, <= 16;
+ *     threads = rows_per_block * tpr <= 512; clusters only on sm_90, <= 8;
  *     vec = 16/x_bytes with vector access, else 1;
  *   - two-pass only where no register plan can cover the row (or for rows of
  *     1024+ columns without vector access), one row per CTA of
@@ -20,7 +20,7 @@
 static int64_t max_coverage(int is_bwd, int vec, int cc_major)
 {
     const int max_ept = is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
-    return (int64_t)(cc_major >= 9 ? (is_bwd ? 16 : 8) : 1) * 512 * max_ept;
+    return (int64_t)(cc_major >= 9 ? 8 : 1) * 512 * max_ept;
 }
 
 static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc)
@@ -39,7 +39,7 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc)
         ASSERT_TRUE(p.tpr < 32 ? (p.tpr & (p.tpr - 1)) == 0 : p.tpr % 32 == 0);
         ASSERT_EQ_INT(p.threads, p.rows_per_block * p.tpr);
         ASSERT_TRUE(p.threads >= 32 && p.threads <= 512 && p.threads % 32 == 0);
-        ASSERT_TRUE(p.cluster >= 1 && p.cluster <= (cc >= 9 ? 16 : 1));
+        ASSERT_TRUE(p.cluster >= 1 && p.cluster <= (cc >= 9 ? 8 : 1));
         ASSERT_TRUE(p.tpr * p.ept >= vec);
     } else {
         ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
@@ -67,7 +67,7 @@ int main(void)
     /* The shapes of docs/perf.md (bf16, 16-byte vectors, sm_90). */
     struct { int is_bwd; int64_t cols; int ept, tpr, cluster; } pinned[] = {
         {0, 256, 32, 8, 1},   {0, 4096, 32, 128, 1}, {0, 131072, 32, 512, 8},
-        {1, 1024, 16, 64, 1}, {1, 4096, 16, 256, 1}, {1, 131072, 16, 512, 16},
+        {1, 1024, 16, 64, 1}, {1, 4096, 16, 256, 1}, {1, 65536, 16, 512, 8},
     };
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
         fn_plan_problem pb = {pinned[i].is_bwd, pinned[i].cols, 2, 1, 9, 16};
@@ -80,10 +80,14 @@ int main(void)
         ASSERT_EQ_INT(p.cluster, pinned[i].cluster);
     }
     /* The forward's largest rows go two-pass (measured faster than a cluster
-     * of 16), with 512 threads; a short row without vectors gets a small CTA. */
+     * of 16), with 512 threads, and so does the backward past a cluster of 8
+     * (the backend makes it a column split); a short row without vectors gets
+     * a small CTA. */
     fn_plan_problem fwd_huge = {0, 262144, 2, 1, 9, 16};
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).threads, 512);
+    fn_plan_problem bwd_large = {1, 131072, 2, 1, 9, 16};
+    ASSERT_EQ_INT(fn_plan_make(&bwd_large).path, FN_PATH_TWO_PASS);
     fn_plan_problem odd = {1, 4097, 2, 0, 9, 16};
     ASSERT_EQ_INT(fn_plan_make(&odd).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&odd).threads, 160);
@@ -99,6 +103,21 @@ int main(void)
     ASSERT_EQ_INT(fb.tpr, fb.threads);
     ASSERT_EQ_INT(fb.rows_per_block, 1);
     ASSERT_EQ_INT(fb.cluster, 1);
+    /* The column split covers every row and column, no group empty. */
+    static const int64_t cs_rows[] = {1, 2, 7, 37, 4096, 16383, 1 << 20, (int64_t)1 << 33};
+    static const int64_t cs_cols[] = {1, 7, 2047, 2048, 4097, 65537, 262144, 1 << 22};
+    for (size_t i = 0; i < sizeof cs_rows / sizeof cs_rows[0]; i++)
+        for (size_t j = 0; j < sizeof cs_cols / sizeof cs_cols[0]; j++)
+            for (int xb = 2; xb <= 4; xb += 2) {
+                const fn_column_split cs = fn_plan_column_split(cs_rows[i], cs_cols[j], xb, 256, 132, 3);
+                snprintf(th_context, sizeof th_context, "column split rows %lld cols %lld", (long long)cs_rows[i],
+                         (long long)cs_cols[j]);
+                ASSERT_TRUE(cs.chunks * 256 * (16 / xb) >= cs_cols[j]);
+                ASSERT_TRUE((cs.chunks - 1) * 256 * (16 / xb) < cs_cols[j]);
+                ASSERT_TRUE(cs.groups >= 1 && cs.groups <= 65535);
+                ASSERT_TRUE(cs.groups * cs.per_group >= cs_rows[i]);
+                ASSERT_TRUE((cs.groups - 1) * cs.per_group < cs_rows[i]);
+            }
     /* Without clusters (sm_80) the register path ends at one CTA's coverage. */
     fn_plan_problem big = {1, 8193, 2, 1, 8, 1};
     ASSERT_EQ_INT(fn_plan_make(&big).path, FN_PATH_TWO_PASS);

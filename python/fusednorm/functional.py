@@ -121,7 +121,10 @@ def _norm(fn, norm, x, weight, bias, residual, out_dtype, residual_dtype, eps, p
     # _PlainNormFn in its cfg, so that its forward need not read it again.
     # Anything else, invalid calls included, takes the general path below, whose
     # checks raise naming the argument.
-    if (bias is None and residual is None and residual_dtype is None and not prenorm and type(eps) is float
+    # _is_compiling() comes first: Dynamo must not trace this fast path (torch 2.11
+    # breaks the graph on its bound dict.get), it takes fwd_op below.
+    if (not _is_compiling() and bias is None and residual is None and residual_dtype is None and not prenorm
+            and type(eps) is float
             and type(weight_offset) is float and 0.0 <= eps < _INF and -_INF < weight_offset < _INF
             and isinstance(x, _Tensor) and (x_code := _CODE_OF(x.dtype)) is not None
             and (out_dtype is None or out_dtype in DTYPE_CODE)):
@@ -137,7 +140,7 @@ def _norm(fn, norm, x, weight, bias, residual, out_dtype, residual_dtype, eps, p
                 weight_grad = weight.requires_grad
             else:
                 w_code = None
-            if w_code is not None and not _is_compiling():
+            if w_code is not None:
                 if (x.requires_grad or weight_grad) and _grad_enabled():
                     return _apply_plain(x, weight, (norm, eps, weight_offset, out_dtype, x_code, w_code, cols, on_cuda))
                 return _fwd_impl(x, weight, None, None, norm, eps, weight_offset, out_dtype, None, False, False)[0]

@@ -183,7 +183,7 @@ static fusednorm_status max_active(int device, int is_bwd, const void *params, c
     pthread_mutex_unlock(&g_lock);
     int n = 0, err;
     if (!is_bwd) err = fn_max_active_fwd_rows((const fn_fwd_params *)params, pl->vec, pl->ept, pl->threads, &n);
-    else if (two_pass) err = fn_max_active_bwd_two_pass((const fn_bwd_params *)params, pl->vec, pl->threads, &n);
+    else if (two_pass) err = fn_max_active_bwd_two_pass((const fn_bwd_params *)params, pl->threads, &n);
     else err = fn_max_active_bwd_rows((const fn_bwd_params *)params, pl->vec, pl->ept, pl->threads, &n);
     if (err) return cuda_fail(fn, "occupancy query", (cudaError_t)err);
     key.active = n;
@@ -349,7 +349,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
         p.tpr = pl.tpr;
         p.rows_per_block = 1;
         p.cluster = 1;
-        err = fn_launch_fwd_two_pass(&p, pl.vec, (int)grid, pl.threads, a->stream);
+        err = fn_launch_fwd_two_pass(&p, (int)grid, pl.threads, a->stream);
     }
     guard_exit(&g);
     if (s != FUSEDNORM_OK) return s;
@@ -362,7 +362,8 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
 typedef struct bwd_setup {
     fn_bwd_params p;
     fn_plan plan;
-    int grid;            /* CTAs */
+    int grid;            /* CTAs (column split: of the statistics pass) */
+    int col_chunks, row_groups; /* column split: the second pass's grid */
     size_t ws_bytes;     /* workspace the launch needs (0: none) */
     int direct_atomic_w; /* ATOMIC into an fp32 dweight itself, no workspace */
     int direct_atomic_b;
@@ -465,6 +466,18 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
         }
         if (active < 1) active = 1;
         st->grid = (int)grid_cap(a->rows < active ? a->rows : active);
+        if (acc_bytes > 0 && !p->smem_acc && a->rows > 0) {
+            /* The partials would be read-modify-written in global memory for
+             * every row (measured 11-13% of copy): split by columns instead
+             * (the second pass's launch bounds keep 3 CTAs per SM for 16-bit
+             * rows, 4 for fp32). */
+            const fn_column_split cs = fn_plan_column_split(a->rows, a->cols, x_bytes, FN_COLUMNS_THREADS,
+                                                            df.sm_count, x_bytes == 2 ? 3 : 4);
+            pl->path = FN_PATH_COLUMN_SPLIT;
+            p->rows_per_group = cs.per_group;
+            st->row_groups = (int)cs.groups;
+            st->col_chunks = (int)cs.chunks;
+        }
     } else {
         /* Persistent grid: as many clusters as are resident at once, but not
          * more than there are row groups, nor so many that the partial rows
@@ -478,7 +491,9 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     }
     if (a->rows == 0) st->grid = 0;
 
-    const int partials = pl->path == FN_PATH_TWO_PASS ? st->grid : st->grid / pl->cluster;
+    const int partials = pl->path == FN_PATH_COLUMN_SPLIT ? st->row_groups
+                         : pl->path == FN_PATH_TWO_PASS      ? st->grid
+                                                             : st->grid / pl->cluster;
     const size_t row_bytes = (size_t)a->cols * sizeof(float);
     size_t ws = 0;
     int nsums = 0;
@@ -493,6 +508,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
         p->partials = partials;
         ws = (size_t)nsums * (size_t)partials * row_bytes;
     }
+    if (pl->path == FN_PATH_COLUMN_SPLIT) ws += (size_t)a->rows * 4 * sizeof(float) + WS_ALIGN; /* row statistics */
     st->ws_bytes = ws ? ws + 2 * WS_ALIGN : 0;
     return FUSEDNORM_OK;
 }
@@ -539,6 +555,7 @@ fusednorm_status fn_cuda_bwd(const fusednorm_bwd_args *a)
     cudaError_t e = cudaSuccess;
     int err = 0;
 
+    if (st.plan.path == FN_PATH_COLUMN_SPLIT) p->row_stats = align_ws(&cursor, (size_t)a->rows * 4 * sizeof(float));
     if (p->atomic) {
         /* fp32 accumulators: dweight/dbias themselves when fp32, else one
          * workspace row each, zeroed here, converted by the finalize. */
@@ -551,10 +568,6 @@ fusednorm_status fn_cuda_bwd(const fusednorm_bwd_args *a)
         const size_t part_bytes = (size_t)p->partials * row_bytes;
         if (p->dw) p->ws_dw = align_ws(&cursor, part_bytes);
         if (p->db) p->ws_db = align_ws(&cursor, part_bytes);
-        if (st.plan.path == FN_PATH_TWO_PASS && !p->smem_acc && a->rows > 0) { /* partial rows are read-modify-written */
-            if (p->dw) e = cudaMemsetAsync(p->ws_dw, 0, part_bytes, stream);
-            if (e == cudaSuccess && p->db) e = cudaMemsetAsync(p->ws_db, 0, part_bytes, stream);
-        }
     }
     if (e != cudaSuccess) {
         guard_exit(&g);
@@ -562,10 +575,15 @@ fusednorm_status fn_cuda_bwd(const fusednorm_bwd_args *a)
     }
 
     if (a->rows > 0) {
-        if (st.plan.path == FN_PATH_ROWS_IN_REGISTERS)
+        if (st.plan.path == FN_PATH_ROWS_IN_REGISTERS) {
             err = fn_launch_bwd_rows(p, st.plan.vec, st.plan.ept, st.grid, st.plan.threads, a->stream);
-        else
-            err = fn_launch_bwd_two_pass(p, st.plan.vec, st.grid, st.plan.threads, a->stream);
+        } else if (st.plan.path == FN_PATH_COLUMN_SPLIT) {
+            /* Pass 1: the two-pass kernel writes each row's statistics, no dx. */
+            err = fn_launch_bwd_two_pass(p, st.grid, st.plan.threads, a->stream);
+            if (!err) err = fn_launch_bwd_columns(p, st.col_chunks, st.row_groups, a->stream);
+        } else {
+            err = fn_launch_bwd_two_pass(p, st.grid, st.plan.threads, a->stream);
+        }
     }
     const int need_finalize = (p->dw && !(p->atomic && st.direct_atomic_w)) || (p->db && !(p->atomic && st.direct_atomic_b));
     if (!err && need_finalize) {

@@ -223,6 +223,16 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
     *(uint4 *)smem = *(const uint4 *)gmem;
 #endif
 }
+/* 4 bytes (a row's rstd or mean) through L1, into the copying thread's own slot. */
+__device__ __forceinline__ void cp_async4(void *smem, const void *gmem)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
+#else
+    *(float *)smem = *(const float *)gmem;
+#endif
+}
 __device__ __forceinline__ void cp_async_commit()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

@@ -44,14 +44,16 @@ typedef struct fn_bwd_params {
     int wcache, wcache_off;           /* as in fn_fwd_params: (w + w_off) of the CTA's columns in shared memory */
     int partials;                     /* number of fp32 partial rows in the workspace */
     int smem_acc;                     /* two-pass: partial sums in shared memory, each partial row written once */
+    float *row_stats;                 /* column split: [rows][4] = rstd, mean, c1, c2 (two-pass writes them, no dx) */
+    int64_t rows_per_group;           /* column split: rows summed into one partial row */
 } fn_bwd_params;
 
 /* Launchers: return 0 or a cudaError_t value. `stream` is a cudaStream_t.
  * vec/ept/threads/grid come from the plan (src/plan.h). */
 int fn_launch_fwd_rows(const fn_fwd_params *p, int vec, int ept, int grid, int threads, void *stream);
-int fn_launch_fwd_two_pass(const fn_fwd_params *p, int vec, int grid, int threads, void *stream);
+int fn_launch_fwd_two_pass(const fn_fwd_params *p, int grid, int threads, void *stream);
 int fn_launch_bwd_rows(const fn_bwd_params *p, int vec, int ept, int grid, int threads, void *stream);
-int fn_launch_bwd_two_pass(const fn_bwd_params *p, int vec, int grid, int threads, void *stream);
+int fn_launch_bwd_two_pass(const fn_bwd_params *p, int grid, int threads, void *stream);
 /* Sum `partials` fp32 rows of the workspace in fixed order into dweight/dbias
  * (their dtype; += when accumulate). partials == 0 writes zeros (or leaves the
  * values when accumulate). */
@@ -59,7 +61,11 @@ int fn_launch_dweight_finalize(const fn_bwd_params *p, void *stream);
 /* Active CTAs (C == 1) or clusters (C > 1) per device for a rows kernel. */
 int fn_max_active_fwd_rows(const fn_fwd_params *p, int vec, int ept, int threads, int *count);
 int fn_max_active_bwd_rows(const fn_bwd_params *p, int vec, int ept, int threads, int *count);
-int fn_max_active_bwd_two_pass(const fn_bwd_params *p, int vec, int threads, int *count);
+int fn_max_active_bwd_two_pass(const fn_bwd_params *p, int threads, int *count);
+/* Column split backward, pass 2: dx and the dweight/dbias partial rows from
+ * p->row_stats; a grid of col_chunks x row_groups CTAs of FN_COLUMNS_THREADS. */
+enum { FN_COLUMNS_THREADS = 256 };
+int fn_launch_bwd_columns(const fn_bwd_params *p, int col_chunks, int row_groups, void *stream);
 
 #ifdef __cplusplus
 }

@@ -19,10 +19,11 @@
  * fused) may be TX or fp32, like dy, dresidual_out and dresidual.
  *
  * Kernels: norm_bwd_rows_in_registers (row slices in registers, clusters on
- * sm_90, as in the forward) and norm_bwd_two_pass (any N, any alignment,
- * rows peeled to their 16-byte boundary; re-reads the row; partial sums in
- * shared memory when they fit, else read-modify-written in workspace rows
- * that the launcher zeroes).
+ * sm_90, as in the forward), norm_bwd_two_pass (any N, any alignment, rows
+ * peeled to their 16-byte boundary; re-reads the row; partial sums in shared
+ * memory when they fit), and for rows whose partials do not fit, the column
+ * split: norm_bwd_two_pass writes each row's statistics, then
+ * norm_bwd_columns computes dx and the partial rows by column ranges.
  */
 #include "common.cuh"
 #include "launch.cuh"
@@ -120,9 +121,17 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
     uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
     const int nthr = blockDim.x, chx = chunks_of<TX, VEC>(p.dt_x), chy = chunks_of<TX, VEC>(p.dt_dy);
     const int per_stage = K * (chx + chy) * nthr; /* uint4 per stage */
+    /* After the stages: each thread's copy of its row's (rstd, mean) per stage,
+     * fetched with the row so that the row's first use does not wait on a
+     * dependent global load. */
+    float2 *stat_slot = reinterpret_cast<float2 *>(stage + FN_STAGES * per_stage);
     auto issue = [&](int64_t g, int st) {
         const int64_t row = g * rpb + sub;
         if (g < groups && row < p.rows) {
+            if (p.rstd) {
+                cp_async4(&stat_slot[st * nthr + threadIdx.x].x, p.rstd + row);
+                if (p.is_ln) cp_async4(&stat_slot[st * nthr + threadIdx.x].y, p.mean + row);
+            }
             uint4 *sx = stage + st * per_stage + threadIdx.x, *sy = sx + K * chx * nthr;
             #pragma unroll
             for (int k = 0; k < K; k++) {
@@ -202,8 +211,14 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
         float mean = 0.0f, rstd = 0.0f;
         if (p.rstd) {
             if (row_ok) {
-                rstd = p.rstd[row];
-                if constexpr (LN) mean = p.mean[row];
+                if constexpr (PIPE) {
+                    const float2 sv = stat_slot[cur * nthr + threadIdx.x];
+                    rstd = sv.x;
+                    if constexpr (LN) mean = sv.y;
+                } else {
+                    rstd = p.rstd[row];
+                    if constexpr (LN) mean = p.mean[row];
+                }
             }
         } else {
             if constexpr (LN) {
@@ -291,9 +306,10 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
 /* Any N, any alignment. One CTA per row at a time (grid-stride), the row read
  * again for each pass (from L2 when the rows in flight fit it), split at x's
  * 16-byte boundary as in the forward's two-pass kernel (split_row). The
- * dweight/dbias partials of the block accumulate in shared memory when they
- * fit (p.smem_acc; the partial row is written once at the end), else are
- * read-modify-written in the block's workspace row (zeroed by the launcher).
+ * dweight/dbias partials of the block accumulate in shared memory (p.smem_acc;
+ * the partial row is written once at the end). Rows whose partials do not fit
+ * there take the column split instead, whose first pass is this kernel with
+ * p.row_stats set: it writes each row's statistics and accumulates nothing.
  * Which thread owns a column changes with each row's alignment; the barriers
  * of the row reductions order one row's updates before the next row's. */
 template <typename TX, int VEC>
@@ -315,12 +331,7 @@ __global__ void __launch_bounds__(512, 2) norm_bwd_two_pass(const fn_bwd_params 
             if (acc_b) acc_b[col] = 0.0f;
         }
         __syncthreads();
-    } else {
-        const int64_t at = p.atomic ? 0 : (int64_t)blockIdx.x * N;
-        acc_w = p.dw ? p.ws_dw + at : nullptr;
-        acc_b = p.db ? p.ws_db + at : nullptr;
     }
-    const bool rmw_atomic = p.atomic && !p.smem_acc;
     for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
         const char *xrow = (const char *)p.x + row * p.sx * xb;
         const RowSplit rs = split_row<VEC>(xrow, xb, N);
@@ -387,6 +398,11 @@ __global__ void __launch_bounds__(512, 2) norm_bwd_two_pass(const fn_bwd_params 
         });
         row_allreduce<2>(s, sm, buf, blockDim.x, 0, 1);
         const float c1 = s[0] * inv_n, c2 = p.is_ln ? s[1] * inv_n : 0.0f;
+        if (p.row_stats) { /* column split, pass 1: the row's statistics only */
+            if (threadIdx.x == 0)
+                reinterpret_cast<float4 *>(p.row_stats)[row] = make_float4(rstd, mean, c1, c2);
+            continue;
+        }
         for_each_column<VEC>(rs, N, [&](int64_t col, auto width) {
             constexpr int V = decltype(width)::value;
             float v[V], dy[V], g[V], dres[V], dx[V];
@@ -398,13 +414,8 @@ __global__ void __launch_bounds__(512, 2) norm_bwd_two_pass(const fn_bwd_params 
                 float d = rstd * (g[j] - c2 - xh * c1);
                 if (p.dres_out) d += dres[j];
                 dx[j] = d;
-                if (rmw_atomic) {
-                    if (acc_w) atomicAdd(acc_w + col + j, dy[j] * xh);
-                    if (acc_b) atomicAdd(acc_b + col + j, dy[j]);
-                } else {
-                    if (acc_w) acc_w[col + j] += dy[j] * xh;
-                    if (acc_b) acc_b[col + j] += dy[j];
-                }
+                if (acc_w) acc_w[col + j] += dy[j] * xh;
+                if (acc_b) acc_b[col + j] += dy[j];
             }
             store_flex<TX, V>(p.dx, (int)dtype_of<TX>::value, row * p.sdx + col, vdx, dx);
             if (p.dres) store_flex<TX, V>(p.dres, p.dt_dres, row * p.sdres + col, vdr, dx);
@@ -420,6 +431,81 @@ __global__ void __launch_bounds__(512, 2) norm_bwd_two_pass(const fn_bwd_params 
                 if (acc_w) p.ws_dw[(int64_t)blockIdx.x * N + col] = acc_w[col];
                 if (acc_b) p.ws_db[(int64_t)blockIdx.x * N + col] = acc_b[col];
             }
+        }
+    }
+}
+
+/* Column split, pass 2 (any N, any alignment): CTA (i, j) owns columns
+ * [i*256*VEC, (i+1)*256*VEC) of the rows of group j, a thread VEC columns.
+ * With the row statistics of pass 1, each row is one read of x and dy and
+ * one write of dx; the thread's (w + w_off) and its dweight/dbias sums stay in
+ * registers over the whole group, and one partial row per group goes to the
+ * workspace (or is atomically added). Vectors where each row's tensor is
+ * 16-byte aligned at the thread's column, single elements otherwise. */
+template <typename TX, int VEC>
+__global__ void __launch_bounds__(FN_COLUMNS_THREADS, sizeof(TX) == 2 ? 3 : 4) norm_bwd_columns(const fn_bwd_params p)
+{
+    const int64_t N = p.cols;
+    const int64_t col = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+    if (col >= N) return; /* no barrier below: idle threads may leave */
+    const int valid = N - col < VEC ? (int)(N - col) : VEC;
+    const int64_t r0 = (int64_t)blockIdx.y * p.rows_per_group;
+    const int64_t r1 = r0 + p.rows_per_group < p.rows ? r0 + p.rows_per_group : p.rows;
+    const int xb = dtype_bytes(p.dt_x), yb = dtype_bytes(p.dt_dy), rb = dtype_bytes(p.dt_dres_out),
+              drb = dtype_bytes(p.dt_dres), dxb = (int)sizeof(TX);
+    /* V elements from element i: a vector when whole and aligned, else one at a time. */
+    auto load = [&](const void *base, int dt, int bytes, int64_t i, float (&v)[VEC]) {
+        if (valid == VEC) {
+            load_flex<TX, VEC>(base, dt, i, vec_at(base, i, bytes), v);
+        } else {
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) v[j] = j < valid ? load_any(base, dt, i + j) : 0.0f;
+        }
+    };
+    auto store = [&](void *base, int dt, int bytes, int64_t i, const float (&v)[VEC]) {
+        if (valid == VEC) {
+            store_flex<TX, VEC>(base, dt, i, vec_at(base, i, bytes), v);
+        } else {
+            #pragma unroll
+            for (int j = 0; j < VEC; j++)
+                if (j < valid) store_any(base, dt, i + j, v[j]);
+        }
+    };
+    float w[VEC], dw[VEC], db[VEC];
+    #pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        w[j] = p.w && j < valid ? load_any(p.w, p.dt_w, col + j) + p.w_off : 1.0f;
+        dw[j] = db[j] = 0.0f;
+    }
+    const float4 *stats = reinterpret_cast<const float4 *>(p.row_stats);
+    #pragma unroll 2
+    for (int64_t row = r0; row < r1; row++) {
+        const float4 st = stats[row]; /* rstd, mean, c1, c2 */
+        float x[VEC], dy[VEC], dres[VEC], dx[VEC];
+        load(p.x, p.dt_x, xb, row * p.sx + col, x);
+        load(p.dy, p.dt_dy, yb, row * p.sdy + col, dy);
+        if (p.dres_out) load(p.dres_out, p.dt_dres_out, rb, row * p.sdres_out + col, dres);
+        #pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            const float xh = (x[j] - st.y) * st.x;
+            float d = st.x * (dy[j] * w[j] - st.w - xh * st.z);
+            if (p.dres_out) d += dres[j];
+            dx[j] = d;
+            dw[j] = fmaf(dy[j], xh, dw[j]);
+            db[j] += dy[j];
+        }
+        store(p.dx, (int)dtype_of<TX>::value, dxb, row * p.sdx + col, dx);
+        if (p.dres) store(p.dres, p.dt_dres, drb, row * p.sdres + col, dx);
+    }
+    #pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        if (j >= valid) break;
+        if (p.atomic) {
+            if (p.dw) atomicAdd(p.ws_dw + col + j, dw[j]);
+            if (p.db) atomicAdd(p.ws_db + col + j, db[j]);
+        } else {
+            if (p.dw) p.ws_dw[(int64_t)blockIdx.y * N + col + j] = dw[j];
+            if (p.db) p.ws_db[(int64_t)blockIdx.y * N + col + j] = db[j];
         }
     }
 }
@@ -440,6 +526,7 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     size_t stage_bytes = VEC > 1 ? bwd_stage_bytes<TX, VEC, EPT>(p, threads) : 0;
     const bool pipe = stage_bytes > 0 && stage_bytes <= FN_MAX_STAGE_BYTES; /* see the forward's launcher */
     if (!pipe) stage_bytes = 0;
+    else stage_bytes += FN_STAGES * (size_t)threads * 8; /* the per-stage (rstd, mean) slots */
     size_t smem = partial_bytes > stage_bytes ? partial_bytes : stage_bytes;
     /* The weight cache after the stages: the CTA's tpr*EPT columns in fp32. */
     fn_bwd_params q = p;
@@ -491,22 +578,20 @@ static cudaError_t rows_entry(const fn_bwd_params *p, int vec, int ept, int grid
 }
 
 template <typename TX>
-static cudaError_t two_pass_entry(const fn_bwd_params &p, int vec, int grid, int threads, cudaStream_t s,
-                                  int *active)
+static cudaError_t two_pass_entry(const fn_bwd_params &p, int grid, int threads, cudaStream_t s, int *active)
 {
     /* Always the vector kernel: it peels each row to its alignment itself. */
-    (void)vec;
     const size_t smem = p.smem_acc ? (size_t)((p.dw != nullptr) + (p.db != nullptr)) * p.cols * sizeof(float) : 0;
     return launch_or_query(norm_bwd_two_pass<TX, 16 / sizeof(TX)>, p, grid, threads, smem, 1, s, active);
 }
 
-static cudaError_t two_pass_dispatch(const fn_bwd_params *p, int vec, int grid, int threads, void *stream, int *active)
+static cudaError_t two_pass_dispatch(const fn_bwd_params *p, int grid, int threads, void *stream, int *active)
 {
     cudaStream_t s = (cudaStream_t)stream;
     switch (p->dt_dx) {
-    case FN_DT_F32: return two_pass_entry<float>(*p, vec, grid, threads, s, active);
-    case FN_DT_F16: return two_pass_entry<__half>(*p, vec, grid, threads, s, active);
-    case FN_DT_BF16: return two_pass_entry<__nv_bfloat16>(*p, vec, grid, threads, s, active);
+    case FN_DT_F32: return two_pass_entry<float>(*p, grid, threads, s, active);
+    case FN_DT_F16: return two_pass_entry<__half>(*p, grid, threads, s, active);
+    case FN_DT_BF16: return two_pass_entry<__nv_bfloat16>(*p, grid, threads, s, active);
     }
     return cudaErrorInvalidValue;
 }
@@ -523,12 +608,25 @@ extern "C" int fn_max_active_bwd_rows(const fn_bwd_params *p, int vec, int ept, 
     return (int)fn::rows_entry(p, vec, ept, 1, threads, nullptr, count);
 }
 
-extern "C" int fn_launch_bwd_two_pass(const fn_bwd_params *p, int vec, int grid, int threads, void *stream)
+extern "C" int fn_launch_bwd_two_pass(const fn_bwd_params *p, int grid, int threads, void *stream)
 {
-    return (int)fn::two_pass_dispatch(p, vec, grid, threads, stream, nullptr);
+    return (int)fn::two_pass_dispatch(p, grid, threads, stream, nullptr);
 }
 
-extern "C" int fn_max_active_bwd_two_pass(const fn_bwd_params *p, int vec, int threads, int *count)
+extern "C" int fn_launch_bwd_columns(const fn_bwd_params *p, int col_chunks, int row_groups, void *stream)
 {
-    return (int)fn::two_pass_dispatch(p, vec, 1, threads, nullptr, count);
+    const dim3 grid((unsigned)col_chunks, (unsigned)row_groups);
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (p->dt_dx) {
+    case FN_DT_F32: fn::norm_bwd_columns<float, 4><<<grid, FN_COLUMNS_THREADS, 0, s>>>(*p); break;
+    case FN_DT_F16: fn::norm_bwd_columns<__half, 8><<<grid, FN_COLUMNS_THREADS, 0, s>>>(*p); break;
+    case FN_DT_BF16: fn::norm_bwd_columns<__nv_bfloat16, 8><<<grid, FN_COLUMNS_THREADS, 0, s>>>(*p); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+    return (int)cudaGetLastError();
+}
+
+extern "C" int fn_max_active_bwd_two_pass(const fn_bwd_params *p, int threads, int *count)
+{
+    return (int)fn::two_pass_dispatch(p, 1, threads, nullptr, count);
 }

@@ -316,10 +316,9 @@ static cudaError_t rows_entry(const fn_fwd_params *p, int vec, int ept, int grid
 }
 
 template <typename TX>
-static cudaError_t two_pass_entry(const fn_fwd_params &p, int vec, int grid, int threads, cudaStream_t s)
+static cudaError_t two_pass_entry(const fn_fwd_params &p, int grid, int threads, cudaStream_t s)
 {
     /* Always the vector kernel: it peels each row to its alignment itself. */
-    (void)vec;
     norm_fwd_two_pass<TX, 16 / sizeof(TX)><<<grid, threads, 0, s>>>(p);
     return cudaGetLastError();
 }
@@ -336,13 +335,13 @@ extern "C" int fn_max_active_fwd_rows(const fn_fwd_params *p, int vec, int ept, 
     return (int)fn::rows_entry(p, vec, ept, 1, threads, nullptr, count);
 }
 
-extern "C" int fn_launch_fwd_two_pass(const fn_fwd_params *p, int vec, int grid, int threads, void *stream)
+extern "C" int fn_launch_fwd_two_pass(const fn_fwd_params *p, int grid, int threads, void *stream)
 {
     cudaStream_t s = (cudaStream_t)stream;
     switch (p->dt_x) {
-    case FN_DT_F32: return (int)fn::two_pass_entry<float>(*p, vec, grid, threads, s);
-    case FN_DT_F16: return (int)fn::two_pass_entry<__half>(*p, vec, grid, threads, s);
-    case FN_DT_BF16: return (int)fn::two_pass_entry<__nv_bfloat16>(*p, vec, grid, threads, s);
+    case FN_DT_F32: return (int)fn::two_pass_entry<float>(*p, grid, threads, s);
+    case FN_DT_F16: return (int)fn::two_pass_entry<__half>(*p, grid, threads, s);
+    case FN_DT_BF16: return (int)fn::two_pass_entry<__nv_bfloat16>(*p, grid, threads, s);
     }
     return (int)cudaErrorInvalidValue;
 }
