@@ -276,7 +276,10 @@ def test_layernorm_fwd_bwd(device, recompute):
 
 def _ws_cached(device):
     cache = _ops._ws_local.__dict__.get("by_device") or {}
-    return cache.get(device.index if device.type == "cuda" else -1)
+    if device.type != "cuda":
+        return cache.get(-1)
+    # The cache is keyed by the tensor's device index; torch.device("cuda") has none.
+    return cache.get(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _check_rms_bwd(device, shape, dtype=torch.float32):
