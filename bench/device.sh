@@ -5,7 +5,7 @@
 # bench/torch_compare.py when present). Full logs go to $OUT; a short table
 # is printed last.
 #
-#   bench/device.sh [stage ...]    stages: build tests lab sanitize bench peers python multigpu
+#   bench/device.sh [stage ...]    stages: build tests lab ncu sanitize bench peers python multigpu
 #                                  (default: build tests sanitize bench peers)
 #   env: BUILD (default build-dev), QUICK=1 (fewer bench shapes)
 set -u -o pipefail
@@ -88,6 +88,25 @@ if has lab; then
     fi
   } >"$OUT/lab.txt" 2>&1
   cat "$OUT/lab.txt" >>"$SUMMARY"
+fi
+
+if has ncu; then
+  # One launch of each register-path kernel under Nsight Compute (full set,
+  # SASS with source lines), and the SASS of the library, for reading here:
+  #   ncu_<pass>_details.txt  throughput, issue, stall breakdown
+  #   ncu_<pass>_source.csv   per SASS instruction: executions, stall samples
+  log "ncu"
+  for pass in ${NCU_PASSES:-fwd bwd}; do
+    rep="$OUT/ncu_$pass"
+    timeout 180 ncu --kernel-name "regex:norm_${pass}_rows" --launch-skip 5 --launch-count 1 --set full \
+      --import-source yes -f -o "$rep" "$FN" bench --backend cuda --norm ${NCU_NORM:-rms} --dtype ${NCU_DTYPE:-bf16} \
+      --cols ${NCU_COLS:-4096} --pass $pass --iters 3 >"$OUT/ncu_$pass.log" 2>&1
+    echo "ncu $pass: exit $?" | tee -a "$SUMMARY"
+    ncu --import "$rep.ncu-rep" --page details >"$OUT/ncu_${pass}_details.txt" 2>&1
+    ncu --import "$rep.ncu-rep" --page source --print-source sass --csv >"$OUT/ncu_${pass}_source.csv" 2>&1
+    rm -f "$rep.ncu-rep"
+  done
+  cuobjdump -sass "$BUILD/libfusednorm.so" 2>/dev/null | gzip >"$OUT/sass.txt.gz"
 fi
 
 if has sanitize; then

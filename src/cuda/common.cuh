@@ -71,27 +71,68 @@ __device__ __forceinline__ void load_vec(const T *__restrict__ p, int64_t i, flo
     }
 }
 
+/* Elements 2j and 2j+1 of v as one 32-bit word (element 2j in the low half),
+ * rounded to nearest even. Vector stores are built from such words: a uint4
+ * filled through a punned array of 16-bit elements made nvcc split each
+ * 16-byte store into four 4-byte ones (seen in the PTX: st.global.v2.u16). */
+template <typename T> __device__ __forceinline__ unsigned pack_word(float lo, float hi);
+template <> __device__ __forceinline__ unsigned pack_word<float>(float lo, float hi)
+{
+    (void)hi;
+    return __float_as_uint(lo);
+}
+template <> __device__ __forceinline__ unsigned pack_word<__half>(float lo, float hi)
+{
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return (unsigned)__half_as_ushort(h.x) | ((unsigned)__half_as_ushort(h.y) << 16);
+}
+template <> __device__ __forceinline__ unsigned pack_word<__nv_bfloat16>(float lo, float hi)
+{
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return (unsigned)__bfloat16_as_ushort(h.x) | ((unsigned)__bfloat16_as_ushort(h.y) << 16);
+}
+/* Word w of the 16-byte (or 8-byte) vector holding v[0..]: fp32 one element
+ * per word, 16-bit types two. */
+template <typename T, int VEC> __device__ __forceinline__ unsigned vec_word(const float (&v)[VEC], int w)
+{
+    if constexpr (sizeof(T) == 4) return __float_as_uint(v[w]);
+    else return pack_word<T>(v[2 * w], v[2 * w + 1]);
+}
+
+/* A 16-byte (8-byte) global store that the optimizer keeps whole: where the
+ * two branches of store_dyn (fp32 or 16-bit) stored to the same address,
+ * nvcc sank the common first 16 bytes below the branch as four 4-byte
+ * stores. The asm cannot be merged; "memory" keeps it ordered with the
+ * kernel's other accesses (y may alias x). */
+__device__ __forceinline__ void st_global16(void *p, uint4 v)
+{
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+__device__ __forceinline__ void st_global8(void *p, uint2 v)
+{
+    asm volatile("st.global.v2.b32 [%0], {%1, %2};\n" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
+}
+
 template <typename T, int VEC>
 __device__ __forceinline__ void store_vec(T *__restrict__ p, int64_t i, const float (&v)[VEC])
 {
     constexpr int BYTES = VEC * (int)sizeof(T);
+    constexpr int PER_WORD = 4 / (int)sizeof(T); /* elements per 32-bit word */
     if constexpr (VEC == 1) {
         p[i] = from_f32<T>(v[0]);
     } else if constexpr (BYTES % 16 == 0) {
         #pragma unroll
         for (int c = 0; c < BYTES / 16; c++) {
-            uint4 raw;
-            T *e = reinterpret_cast<T *>(&raw);
-            #pragma unroll
-            for (int j = 0; j < 16 / (int)sizeof(T); j++) e[j] = from_f32<T>(v[c * (16 / sizeof(T)) + j]);
-            *reinterpret_cast<uint4 *>(p + i + c * (16 / sizeof(T))) = raw;
+            constexpr int W = 4; /* words per 16 bytes */
+            const int w0 = c * W;
+            const uint4 raw = make_uint4(vec_word<T, VEC>(v, w0), vec_word<T, VEC>(v, w0 + 1),
+                                         vec_word<T, VEC>(v, w0 + 2), vec_word<T, VEC>(v, w0 + 3));
+            st_global16(p + i + c * W * PER_WORD, raw);
         }
     } else {
-        uint2 raw;
-        T *e = reinterpret_cast<T *>(&raw);
-        #pragma unroll
-        for (int j = 0; j < VEC; j++) e[j] = from_f32<T>(v[j]);
-        *reinterpret_cast<uint2 *>(p + i) = raw;
+        static_assert(BYTES == 8, "vector of 8 or 16 bytes expected");
+        st_global8(p + i, make_uint2(vec_word<T, VEC>(v, 0), vec_word<T, VEC>(v, 1)));
     }
 }
 
@@ -221,6 +262,18 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
 #else
     *(uint4 *)smem = *(const uint4 *)gmem;
+#endif
+}
+/* The shared-memory address of a pointer into shared memory, and cp.async
+ * with it: converting once per kernel saves the conversion per copy. */
+__device__ __forceinline__ unsigned smem_addr(const void *smem) { return (unsigned)__cvta_generic_to_shared(smem); }
+__device__ __forceinline__ void cp_async16_s(unsigned s, const void *gmem)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+#else
+    (void)s;
+    (void)gmem;
 #endif
 }
 /* 4 bytes (a row's rstd or mean) through L1, into the copying thread's own slot. */

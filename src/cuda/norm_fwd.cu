@@ -40,8 +40,13 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
     const bool pipe = VEC > 1 && p.pipe;
     extern __shared__ __align__(16) unsigned char dyn_smem[];
     uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
-    const int nthr = blockDim.x, chx = chunks_of<TX, VEC>(p.dt_x), chr = p.res ? chunks_of<TX, VEC>(p.dt_res) : 0;
+    /* x is of dtype TX: one 16-byte chunk per vector; the residual may be fp32. */
+    constexpr int chx = VEC * (int)sizeof(TX) / 16;
+    const int nthr = blockDim.x, chr = p.res ? chunks_of<TX, VEC>(p.dt_res) : 0;
     const int per_stage = K * (chx + chr) * nthr;
+    const int rb = p.res ? dtype_bytes(p.dt_res) : 0;
+    /* The stages' shared-memory address, converted once (cp.async takes it). */
+    const unsigned stage_s = smem_addr(stage);
     const int64_t first = blockIdx.x / C, stride = gridDim.x / C;
     /* (w + w_off) and b of this CTA's columns as fp32 in shared memory (see
      * fill_column_cache): the forward is bound by instruction issue as much as
@@ -58,13 +63,19 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
     auto issue = [&](int64_t g, int st) {
         const int64_t row = g * p.rows_per_block + sub;
         if (g < groups && row < p.rows) {
-            uint4 *sx = stage + st * per_stage + threadIdx.x, *sr = sx + K * chx * nthr;
+            const unsigned sx = stage_s + (unsigned)(st * per_stage + (int)threadIdx.x) * 16u,
+                           sr = sx + (unsigned)(K * chx * nthr) * 16u;
+            const TX *xrow = (const TX *)p.x + row * p.sx + slice + lane * VEC;
+            const char *rrow = p.res ? (const char *)p.res + (row * p.sres + slice + lane * VEC) * rb : nullptr;
             #pragma unroll
             for (int k = 0; k < K; k++) {
-                const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
-                if (col >= N) continue;
-                stage_vector(sx + k * chx * nthr, chx, nthr, p.x, row * p.sx + col, (int)sizeof(TX));
-                if (p.res) stage_vector(sr + k * chr * nthr, chr, nthr, p.res, row * p.sres + col, dtype_bytes(p.dt_res));
+                if (slice + ((int64_t)k * tpr + lane) * VEC >= N) continue;
+                cp_async16_s(sx + (unsigned)(k * chx * nthr) * 16u, xrow + k * tpr * VEC);
+                if (p.res) {
+                    const char *g = rrow + (int64_t)k * tpr * VEC * rb;
+                    for (int c = 0; c < chr; c++)
+                        cp_async16_s(sr + (unsigned)((k * chr + c) * nthr) * 16u, g + 16 * c);
+                }
             }
         }
         cp_async_commit();
@@ -89,7 +100,7 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
             ok[k] = row_ok && col < N;
             if (ok[k]) {
-                if (pipe) unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, p.dt_x, h[k]);
+                if (pipe) unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, dtype_of<TX>::value, h[k]);
                 else load_vec<TX, VEC>((const TX *)p.x, row * p.sx + col, h[k]);
             } else {
                 #pragma unroll
@@ -125,16 +136,18 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
                 for (int j = 0; j < VEC; j++) s[0] += h[k][j];
             row_allreduce<1>(s, sm, buf, tpr, sub, C);
             mean = s[0] / (float)N;
+            /* h - mean from here on (RMSNorm skips it: one FADD per element) */
+            #pragma unroll
+            for (int k = 0; k < K; k++)
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) h[k][j] -= mean;
         }
         float q[1] = {0.0f};
         #pragma unroll
         for (int k = 0; k < K; k++)
             if (ok[k])
                 #pragma unroll
-                for (int j = 0; j < VEC; j++) {
-                    const float d = h[k][j] - mean;
-                    q[0] += d * d;
-                }
+                for (int j = 0; j < VEC; j++) q[0] += h[k][j] * h[k][j];
         row_allreduce<1>(q, sm, buf, tpr, sub, C);
         const float rstd = rstd_of(q[0], (float)N, p.eps);
 
@@ -163,7 +176,7 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
             }
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
-                float v = (h[k][j] - mean) * rstd;
+                float v = h[k][j] * rstd;
                 if (p.w) v *= w[j];
                 if (p.b) v += b[j];
                 y[j] = v;
