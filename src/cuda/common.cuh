@@ -249,23 +249,14 @@ __device__ __forceinline__ void cluster_exit_barrier(int cluster_size)
 #endif
 }
 
-
 /* ---- software pipeline: the next row's inputs stream into shared memory --
  * Each thread copies its own 16-byte chunks with cp.async (sm_80+) and later
  * reads back only what it copied, so a thread waits on its own copy groups and
  * no barrier is needed. Per-thread chunk layout [stage][k][chunk][thread]
- * (uint4 units) keeps the read-back free of bank conflicts. */
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-#else
-    *(uint4 *)smem = *(const uint4 *)gmem;
-#endif
-}
-/* The shared-memory address of a pointer into shared memory, and cp.async
- * with it: converting once per kernel saves the conversion per copy. */
+ * (uint4 units) keeps the read-back free of bank conflicts. The copies take
+ * shared-memory addresses (smem_addr), converted once per kernel rather than
+ * once per copy. The library builds for sm_80 and newer only; the empty
+ * branches are the host compiler's view. */
 __device__ __forceinline__ unsigned smem_addr(const void *smem) { return (unsigned)__cvta_generic_to_shared(smem); }
 __device__ __forceinline__ void cp_async16_s(unsigned s, const void *gmem)
 {
@@ -276,14 +267,13 @@ __device__ __forceinline__ void cp_async16_s(unsigned s, const void *gmem)
     (void)gmem;
 #endif
 }
-/* 4 bytes (a row's rstd or mean) through L1, into the copying thread's own slot. */
-__device__ __forceinline__ void cp_async4(void *smem, const void *gmem)
+__device__ __forceinline__ void cp_async4_s(unsigned s, const void *gmem)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
 #else
-    *(float *)smem = *(const float *)gmem;
+    (void)s;
+    (void)gmem;
 #endif
 }
 __device__ __forceinline__ void cp_async_commit()
@@ -307,13 +297,6 @@ template <typename TX, int VEC> __device__ __forceinline__ int chunks_of(int dt)
     return (int)(VEC * (sizeof(TX) == 4 ? 4 : dtype_bytes(dt)) / 16);
 }
 
-/* Copies one tensor's vector (row, col) into its stage slot. */
-__device__ __forceinline__ void stage_vector(uint4 *slot, int chunks, int stride, const void *base, int64_t elem,
-                                             int elem_bytes)
-{
-    const char *g = (const char *)base + elem * elem_bytes;
-    for (int c = 0; c < chunks; c++) cp_async16(slot + (int64_t)c * stride, g + 16 * c);
-}
 
 /* Reads a staged vector back as fp32 (dtype TX or fp32, as load_dyn). */
 template <typename TX, int VEC>

@@ -119,8 +119,13 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
         for (int j = 0; j < VEC; j++) dw[k][j] = db[k][j] = 0.0f;
 
     uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
-    const int nthr = blockDim.x, chx = chunks_of<TX, VEC>(p.dt_x), chy = chunks_of<TX, VEC>(p.dt_dy);
+    /* The pipeline runs only where x and dy are of dtype TX (the launcher
+     * sends other mixes to PIPE = false): one 16-byte chunk per vector each. */
+    constexpr int chx = PIPE ? VEC * (int)sizeof(TX) / 16 : 0, chy = chx;
+    const int nthr = blockDim.x;
     const int per_stage = K * (chx + chy) * nthr; /* uint4 per stage */
+    /* Shared-memory addresses for cp.async, converted once. */
+    [[maybe_unused]] const unsigned stage_s = smem_addr(stage);
     /* After the stages: each thread's copy of its row's (rstd, mean) per stage,
      * fetched with the row so that the row's first use does not wait on a
      * dependent global load. */
@@ -129,16 +134,19 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
         const int64_t row = g * rpb + sub;
         if (g < groups && row < p.rows) {
             if (p.rstd) {
-                cp_async4(&stat_slot[st * nthr + threadIdx.x].x, p.rstd + row);
-                if (p.is_ln) cp_async4(&stat_slot[st * nthr + threadIdx.x].y, p.mean + row);
+                const unsigned ss = smem_addr(&stat_slot[st * nthr + threadIdx.x]);
+                cp_async4_s(ss, p.rstd + row);
+                if (p.is_ln) cp_async4_s(ss + 4, p.mean + row);
             }
-            uint4 *sx = stage + st * per_stage + threadIdx.x, *sy = sx + K * chx * nthr;
+            const unsigned sx = stage_s + (unsigned)(st * per_stage + (int)threadIdx.x) * 16u,
+                           sy = sx + (unsigned)(K * chx * nthr) * 16u;
+            const TX *xrow = (const TX *)p.x + row * p.sx + slice + lane * VEC;
+            const TX *dyrow = (const TX *)p.dy + row * p.sdy + slice + lane * VEC;
             #pragma unroll
             for (int k = 0; k < K; k++) {
                 if (!col_ok[k]) continue;
-                const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
-                stage_vector(sx + k * chx * nthr, chx, nthr, p.x, row * p.sx + col, dtype_bytes(p.dt_x));
-                stage_vector(sy + k * chy * nthr, chy, nthr, p.dy, row * p.sdy + col, dtype_bytes(p.dt_dy));
+                cp_async16_s(sx + (unsigned)(k * nthr) * 16u, xrow + k * tpr * VEC);
+                cp_async16_s(sy + (unsigned)(k * nthr) * 16u, dyrow + k * tpr * VEC);
             }
         }
         cp_async_commit();
@@ -193,8 +201,8 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
         auto fetch = [&](int k, float (&x)[VEC], float (&dy)[VEC]) {
             if constexpr (PIPE) {
                 if (row_ok && col_ok[k]) {
-                    unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, p.dt_x, x);
-                    unstage_vector<TX, VEC>(sy + k * chy * nthr, nthr, p.dt_dy, dy);
+                    unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, dtype_of<TX>::value, x);
+                    unstage_vector<TX, VEC>(sy + k * chy * nthr, nthr, dtype_of<TX>::value, dy);
                 } else {
                     #pragma unroll
                     for (int j = 0; j < VEC; j++) x[j] = dy[j] = 0.0f;
@@ -513,17 +521,19 @@ __global__ void __launch_bounds__(FN_COLUMNS_THREADS, sizeof(TX) == 2 ? 3 : 4) n
 /* ---- launchers ------------------------------------------------------------ */
 
 /* FN_STAGES stages of x and dy, 16-byte chunks per thread (see the kernel). */
-template <typename TX, int VEC, int EPT> static size_t bwd_stage_bytes(const fn_bwd_params &p, int threads)
+template <typename TX, int VEC, int EPT> static size_t bwd_stage_bytes(int threads)
 {
-    auto chunks = [](int dt) { return (size_t)VEC * (sizeof(TX) == 4 ? 4 : (dt == FN_DT_F32 ? 4 : 2)) / 16; };
-    return FN_STAGES * (size_t)(EPT / VEC) * (chunks(p.dt_x) + chunks(p.dt_dy)) * threads * 16;
+    return FN_STAGES * (size_t)(EPT / VEC) * 2 * threads * 16;
 }
 
 template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
     const size_t partial_bytes = p.rows_per_block > 1 ? (size_t)threads * EPT * sizeof(float) : 0;
-    size_t stage_bytes = VEC > 1 ? bwd_stage_bytes<TX, VEC, EPT>(p, threads) : 0;
+    /* Staged only where x and dy are of the activation dtype (the kernel's
+     * pipeline is specialized on it); other mixes load straight into registers. */
+    const bool same_dtypes = p.dt_x == dtype_of<TX>::value && p.dt_dy == dtype_of<TX>::value;
+    size_t stage_bytes = VEC > 1 && same_dtypes ? bwd_stage_bytes<TX, VEC, EPT>(threads) : 0;
     const bool pipe = stage_bytes > 0 && stage_bytes <= FN_MAX_STAGE_BYTES; /* see the forward's launcher */
     if (!pipe) stage_bytes = 0;
     else stage_bytes += FN_STAGES * (size_t)threads * 8; /* the per-stage (rstd, mean) slots */
