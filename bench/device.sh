@@ -119,7 +119,7 @@ if has sanitize; then
   #   4097    two-pass, rows peeled to 16 bytes, dweight partials in shared memory
   #   65536   clusters (distributed shared memory)
   #   131072  the largest clusters (8 fwd, 16 bwd)
-  #   300000  two-pass, dweight partial rows read-modify-written in the workspace
+  #   300000  column split: two-pass statistics pass, then norm_bwd_columns
   # FUSEDNORM_GRID_CAP=2 keeps the persistent grids at 2 CTAs (clusters), so a
   # small problem still walks several rows per CTA: pipeline stages reused,
   # partial rows summed. memcheck also runs with the default grids, and over
@@ -137,8 +137,8 @@ if has sanitize; then
     pack # a call cut short at its limit keeps every finished tool's log
   }
   for tool in ${SANITIZERS:-memcheck racecheck synccheck initcheck}; do
-    rows=24 cols=$COLS t=${SANITIZE_TIMEOUT:-150}
-    [ $tool = racecheck ] && { rows=12 cols=${RACECHECK_COLS:-256,999,4096,4097,65536} t=${RACECHECK_TIMEOUT:-240}; }
+    rows=${SANITIZE_ROWS:-24} cols=$COLS t=${SANITIZE_TIMEOUT:-150}
+    [ $tool = racecheck ] && { rows=${RACECHECK_ROWS:-12} cols=${RACECHECK_COLS:-256,999,4096,4097,65536} t=${RACECHECK_TIMEOUT:-240}; }
     FUSEDNORM_GRID_CAP=2 san "$tool" "$tool" "$t" "$FN" check --backend cuda --quiet --rows $rows --cols $cols
     if [ $tool = memcheck ]; then
       san memcheck_default_grid memcheck "$t" "$FN" check --backend cuda --quiet --rows 96 --cols $COLS
