@@ -15,16 +15,18 @@
  *                 relative, h-mean losing u*|h|; w' = weight + weight_offset)
  *   residual_out: rel 2*(u_out + u), abs 0 (one fp32 add, then the store)
  *   rstd:         rel u*(4 + 4*sqrt(N))          mean: abs_r = u*(4 + 4*sqrt(N))*max|h|
- *   dx/dresidual: abs_r = u*rstd*(1 + max|x_hat|)*(8*max|g| + 4*sqrt(N)*rms(g))
+ *   dx/dresidual: abs_r = u*rstd*(1 + max|x_hat| + e)*(8*max|g| + 4*sqrt(N)*rms(g))
  *                         + 2*u*max|dresidual_out|
  *                 (g = dy*w'; the two row reductions mean(g), mean(x_hat*g) err by
  *                 ~u*sqrt(N) of their terms' rms, and the output is a difference of
  *                 terms of size rstd*|g|*(1+|x_hat|), so its own size is not the scale)
  *   dweight:      abs_j = 8*u*(sqrt(M) + sqrt(N) + 1)*L2_j + 2*u*|initial_j|
  *   dbias:        abs_j = 8*u*(sqrt(M) + 1)*L2_j + 2*u*|initial_j|
- *                 (L2_j = sqrt(sum_r (dy*x_hat)^2) resp. sqrt(sum_r dy^2): a sum of M
- *                 terms of random sign errs by ~u*sqrt(M)*L2 in any order; each term
- *                 carries x_hat's ~u*sqrt(N) relative error)
+ *                 (L2_j = sqrt(sum_r (dy*(|x_hat| + e))^2) resp. sqrt(sum_r dy^2): a sum
+ *                 of M terms of random sign errs by ~u*sqrt(M)*L2 in any order; each
+ *                 term carries x_hat's ~u*sqrt(N) relative error)
+ *                 e = rstd*max|h| for LayerNorm, 0 for RMSNorm: h - mean loses u*|h|,
+ *                 an absolute error of x_hat that is not relative to it (as in y)
  * Inputs are uniform random, fresh per case, so no reduction is dominated by
  * one sign. The reference reads the same input bits, so input rounding is
  * not an error.
@@ -332,7 +334,12 @@ static int run_bwd(const th_case *c, fusednorm_backend be, const th_tensor *w, t
     for (int64_t i = 0; i < R; i++) {
         double rs = c->bwd_stats_given ? (double)((float *)th_host(&rstd))[i] : st_rstd[i];
         double mu = (c->bwd_stats_given && ln) ? (double)((float *)th_host(&mean))[i] : (ln ? st_mean[i] : 0.0);
-        double maxg = 0.0, ssg = 0.0, maxxhat = 0.0, maxdro = 0.0;
+        double maxg = 0.0, ssg = 0.0, maxxhat = 0.0, maxdro = 0.0, maxh = 0.0;
+        /* LayerNorm: h - mean loses u*|h|, so x_hat errs by u*rstd*max|h| absolutely
+         * (as in y's tolerance), which for rows with |mean| >> std dwarfs u*|x_hat|. */
+        if (ln)
+            for (int64_t j = 0; j < N; j++) maxh = fmax(maxh, fabs(th_get(&x, i, j)));
+        const double xhat_abs = ln ? rs * maxh : 0.0;
         for (int64_t j = 0; j < N; j++) {
             double dyv = th_get(&dy, i, j);
             double g = dyv * wprime(w, c->weight_on, c->weight_offset, j);
@@ -341,10 +348,11 @@ static int run_bwd(const th_case *c, fusednorm_backend be, const th_tensor *w, t
             ssg += g * g;
             maxxhat = fmax(maxxhat, fabs(xhat));
             if (c->dresidual_out_on) maxdro = fmax(maxdro, fabs(th_get(&dro, i, j)));
-            l2w[j] += dyv * xhat * dyv * xhat;
+            const double t = dyv * (fabs(xhat) + xhat_abs);
+            l2w[j] += t * t;
             l2b[j] += dyv * dyv;
         }
-        dx_abs[i] = U32 * rs * (1.0 + maxxhat) * (8.0 * maxg + 4.0 * sqrt((double)N) * sqrt(ssg / (double)N)) +
+        dx_abs[i] = U32 * rs * (1.0 + maxxhat + xhat_abs) * (8.0 * maxg + 4.0 * sqrt((double)N) * sqrt(ssg / (double)N)) +
                     2.0 * U32 * maxdro;
     }
     for (int64_t j = 0; j < N; j++) {
