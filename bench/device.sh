@@ -7,7 +7,7 @@
 #
 #   bench/device.sh [stage ...]    stages: build tests lab ncu sanitize bench peers python multigpu
 #                                  (default: build tests sanitize bench peers)
-#   env: BUILD (default build-dev), QUICK=1 (fewer bench shapes)
+#   env: BUILD (default build-dev; bench/devbin.sh builds .devbin here to carry), QUICK=1 (fewer bench shapes)
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
