@@ -5,7 +5,7 @@
 # bench/torch_compare.py when present). Full logs go to $OUT; a short table
 # is printed last.
 #
-#   bench/device.sh [stage ...]    stages: build tests lab ncu sanitize bench peers python multigpu
+#   bench/device.sh [stage ...]    stages: build tests lab ab ncu sanitize bench peers python multigpu
 #                                  (default: build tests sanitize bench peers)
 #   env: BUILD (default build-dev; bench/devbin.sh builds .devbin here to carry), QUICK=1 (fewer bench shapes)
 set -u -o pipefail
@@ -88,6 +88,29 @@ if has lab; then
     fi
   } >"$OUT/lab.txt" 2>&1
   cat "$OUT/lab.txt" >>"$SUMMARY"
+fi
+
+if has ab && [ -n "${AB_BUILD:-}" ]; then
+  # A/B in one call: the same benchmarks with BUILD and with AB_BUILD (another
+  # carried build, e.g. a branch: bench/devbin.sh there, then copy .devbin to
+  # .devbin-b), alternating per shape so that both see the same GPU state.
+  log "A/B: $BUILD against $AB_BUILD"
+  {
+    printf '%-4s %-5s %-3s %7s %-4s %10s %10s %8s\n' norm dtype res cols pass "A GB/s" "B GB/s" "B/A"
+    for norm in ${AB_NORMS:-rms ln}; do
+      for dt in ${AB_DTYPES:-bf16 f32}; do
+        for cols in $(echo "${AB_COLS:-256,1024,2048,4096,8192,16384,65536,262144}" | tr , ' '); do
+          for pass in fwd bwd; do
+            ga=$("$FN" bench --backend cuda --norm $norm --dtype $dt --cols $cols --pass $pass 2>/dev/null | awk '$1=="'$norm'"{print $8}')
+            gb=$("$AB_BUILD/fusednorm" bench --backend cuda --norm $norm --dtype $dt --cols $cols --pass $pass 2>/dev/null | awk '$1=="'$norm'"{print $8}')
+            printf '%-4s %-5s %-3s %7s %-4s %10s %10s %8s\n' $norm $dt no $cols $pass "$ga" "$gb" \
+              "$(awk -v a="$ga" -v b="$gb" 'BEGIN{if (a > 0) printf "%.3f", b / a; else print "-"}')"
+          done
+        done
+      done
+    done
+  } >"$OUT/ab.txt" 2>&1
+  cat "$OUT/ab.txt" >>"$SUMMARY"
 fi
 
 if has ncu; then
