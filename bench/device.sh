@@ -166,7 +166,7 @@ if has sanitize; then
     if [ $tool = memcheck ]; then
       san memcheck_default_grid memcheck "$t" "$FN" check --backend cuda --quiet --rows 96 --cols $COLS
       FUSEDNORM_GRID_CAP=2 san memcheck_atomic memcheck "$t" "$FN" bench --backend cuda --rows 24 \
-        --cols 256,999,4096,4097,65536,300000 --dtype bf16,f32 --norm rms,ln --pass bwd --atomic --iters 1
+        --cols 256,999,4096,4097,65536,300000 --dtype bf16,f32 --norm rms,ln --pass bwd --atomic --iters 1 --warmup 0
     fi
   done
 fi

@@ -34,6 +34,7 @@ void bench_default_options(bench_options *o)
     o->dtypes[0] = FUSEDNORM_BF16;
     o->ndtypes = 1;
     o->run_fwd = o->run_bwd = 1;
+    o->warmup = -1;
 }
 
 void bench_help(FILE *out)
@@ -41,7 +42,7 @@ void bench_help(FILE *out)
     fprintf(out,
             "usage: fusednorm bench [--backend cpu|cuda] [--norm rms|ln] [--dtype f32|f16|bf16]\n"
             "                       [--rows M] [--cols N,...] [--residual] [--pass fwd|bwd|both]\n"
-            "                       [--atomic] [--iters K] [--csv FILE]\n"
+            "                       [--atomic] [--iters K] [--warmup K] [--csv FILE]\n"
             "\n"
             "Times fusednorm_fwd / fusednorm_bwd and reports, per case, the median time, the\n"
             "GB/s of the bytes the pass must move and the %% of the copy bandwidth measured\n"
@@ -60,6 +61,8 @@ void bench_help(FILE *out)
             "  --pass fwd|bwd|both   default both\n"
             "  --atomic              also time the backward with FUSEDNORM_ATOMIC_DWEIGHT\n"
             "  --iters K             timed launches per case (default: cuda 100, cpu 7)\n"
+            "  --warmup K            untimed launches before them (default: cuda 10, cpu 1;\n"
+            "                        0 under compute-sanitizer, where each launch is slow)\n"
             "  --csv FILE            also write every column to FILE as CSV\n"
             "  -h, --help            this help\n"
             "\n"
@@ -106,6 +109,8 @@ int bench_parse(int argc, char **argv, bench_options *o)
             o->atomic = 1;
         } else if (!strcmp(opt, "--iters")) {
             o->iters = (int)cli_parse_positive("bench", opt, cli_option_value(&it, opt), 1000000);
+        } else if (!strcmp(opt, "--warmup")) {
+            o->warmup = (int)cli_parse_count("bench", opt, cli_option_value(&it, opt), 1000000);
         } else if (!strcmp(opt, "--csv")) {
             o->csv_path = cli_option_value(&it, opt);
             if (!*o->csv_path) cli_usage_error("bench", "--csv: '' is not a file name");
@@ -329,7 +334,7 @@ int bench_run(const bench_options *opts)
         fprintf(stderr, "fusednorm bench: --csv: cannot open '%s' for writing: %s\n", o.csv_path, strerror(errno));
         return CLI_EXIT_USAGE;
     }
-    run_state st = {o.backend, o.iters ? o.iters : (cuda ? 100 : 7), cuda ? 10 : 1, 0, 0};
+    run_state st = {o.backend, o.iters ? o.iters : (cuda ? 100 : 7), o.warmup >= 0 ? o.warmup : (cuda ? 10 : 1), 0, 0};
     const int per_group = (o.run_fwd ? 1 : 0) + (o.run_bwd ? (o.atomic ? 2 : 1) : 0);
     st.total = o.nnorms * o.ndtypes * o.ncols * per_group;
 

@@ -46,6 +46,8 @@ const char *cli_option_value(cli_args *it, const char *name);
 void cli_option_flag(cli_args *it, const char *name); /* rejects "--flag=value" */
 
 int64_t cli_parse_positive(const char *cmd, const char *opt, const char *value, int64_t max);
+/* An integer 0..max (a count that may be zero). */
+int64_t cli_parse_count(const char *cmd, const char *opt, const char *value, int64_t max);
 /* Comma-separated positive integers; returns the count. */
 int cli_parse_int_list(const char *cmd, const char *opt, const char *value, int64_t *out, int64_t max);
 /* Comma-separated names out of `choices` (NULL-terminated); writes indices. */
@@ -133,6 +135,7 @@ typedef struct bench_options {
     int residual;
     int run_fwd, run_bwd, atomic;
     int iters;                    /* 0: the backend's default */
+    int warmup;                   /* -1: the backend's default */
     const char *csv_path;
 } bench_options;
 

@@ -94,6 +94,15 @@ int64_t cli_parse_positive(const char *cmd, const char *opt, const char *value, 
     return v;
 }
 
+int64_t cli_parse_count(const char *cmd, const char *opt, const char *value, int64_t max)
+{
+    int64_t v = 0;
+    if (!parse_int64(value, &v) || v < 0)
+        cli_usage_error(cmd, "%s: '%s' is not an integer >= 0", opt, value);
+    if (v > max) cli_usage_error(cmd, "%s: '%s' is larger than %lld", opt, value, (long long)max);
+    return v;
+}
+
 int cli_parse_int_list(const char *cmd, const char *opt, const char *value, int64_t *out, int64_t max)
 {
     int n = 0;
