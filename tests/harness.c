@@ -303,8 +303,11 @@ double th_tiny(fusednorm_dtype dt)
     }
 }
 
+/* abs_row: one absolute tolerance per row (i / cols), or with per_element one
+ * per element i. */
 static int th_compare_values(const char *what, int64_t n, int64_t cols, double (*get)(const void *, int64_t),
-                             const void *ctx, const double *ref, double rel, const double *abs_row, double tiny)
+                             const void *ctx, const double *ref, double rel, const double *abs_row, int per_element,
+                             double tiny)
 {
     int64_t fails = 0, worst = -1;
     double worst_ratio = 0.0;
@@ -312,7 +315,7 @@ static int th_compare_values(const char *what, int64_t n, int64_t cols, double (
         double got = get(ctx, i), want = ref[i];
         /* A row holding NaN/Inf inputs has no finite scale: its finite outputs
          * (e.g. 0*w + b when rstd is 0) must then match to the rounding. */
-        double abs_part = abs_row ? abs_row[i / cols] : 0.0;
+        double abs_part = abs_row ? abs_row[per_element ? i : i / cols] : 0.0;
         if (!isfinite(abs_part)) abs_part = 0.0;
         double tol = rel * fabs(want) + abs_part + tiny;
         double err = fabs(got - want);
@@ -351,7 +354,14 @@ static double th_get_linear(const void *ctx, int64_t i)
 int th_compare(th_tensor *t, const double *ref, double rel, const double *abs_row, const char *what)
 {
     th_download(t);
-    return th_compare_values(what, t->rows * t->cols, t->cols, th_get_linear, t, ref, rel, abs_row,
+    return th_compare_values(what, t->rows * t->cols, t->cols, th_get_linear, t, ref, rel, abs_row, 0,
+                             th_tiny(t->dtype));
+}
+
+int th_compare_each(th_tensor *t, const double *ref, double rel, const double *abs_each, const char *what)
+{
+    th_download(t);
+    return th_compare_values(what, t->rows * t->cols, t->cols, th_get_linear, t, ref, rel, abs_each, 1,
                              th_tiny(t->dtype));
 }
 
@@ -360,5 +370,5 @@ static double th_get_f32(const void *ctx, int64_t i) { return ((const float *)ct
 int th_compare_f32(const float *got, const double *ref, int64_t n, double rel, const double *abs_each,
                    const char *what)
 {
-    return th_compare_values(what, n, 1, th_get_f32, got, ref, rel, abs_each, th_tiny(FUSEDNORM_F32));
+    return th_compare_values(what, n, 1, th_get_f32, got, ref, rel, abs_each, 1, th_tiny(FUSEDNORM_F32));
 }

@@ -110,6 +110,8 @@ double th_tiny(fusednorm_dtype dt);
  * NaN in the output when ref is finite is a failure. Prints the worst
  * elements; returns the number of failures (and records one check). */
 int th_compare(th_tensor *t, const double *ref, double rel, const double *abs_row, const char *what);
+/* As th_compare, with one absolute tolerance per element (dweight, dbias: one per column). */
+int th_compare_each(th_tensor *t, const double *ref, double rel, const double *abs_each, const char *what);
 /* Same for a host float array (rstd/mean after download) of n values. */
 int th_compare_f32(const float *got, const double *ref, int64_t n, double rel, const double *abs_each,
                    const char *what);

@@ -396,8 +396,8 @@ static int run_bwd(const th_case *c, fusednorm_backend be, const th_tensor *w, t
     if (s == FUSEDNORM_OK) {
         th_compare(dxp, ref_dx, 2.0 * th_unit_roundoff(dxp->dtype), dx_abs, "bwd dx");
         if (c->dresidual_on) th_compare(dresp, ref_dx, 2.0 * th_unit_roundoff(dresp->dtype), dx_abs, "bwd dresidual");
-        if (c->dweight_on) th_compare(&dw, ref_dw, 2.0 * th_unit_roundoff(dw.dtype), dw_abs, "bwd dweight");
-        if (c->dbias_on) th_compare(&db, ref_db, 2.0 * th_unit_roundoff(db.dtype), db_abs, "bwd dbias");
+        if (c->dweight_on) th_compare_each(&dw, ref_dw, 2.0 * th_unit_roundoff(dw.dtype), dw_abs, "bwd dweight");
+        if (c->dbias_on) th_compare_each(&db, ref_db, 2.0 * th_unit_roundoff(db.dtype), db_abs, "bwd dbias");
         th_check_unchanged(&x, "bwd x");
         if (!c->alias_dx_dy) th_check_unchanged(&dy, "bwd dy");
         if (c->dresidual_out_on && !(c->dresidual_on && c->alias_dres_dresout))
