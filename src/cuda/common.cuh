@@ -76,11 +76,6 @@ __device__ __forceinline__ void load_vec(const T *__restrict__ p, int64_t i, flo
  * filled through a punned array of 16-bit elements made nvcc split each
  * 16-byte store into four 4-byte ones (seen in the PTX: st.global.v2.u16). */
 template <typename T> __device__ __forceinline__ unsigned pack_word(float lo, float hi);
-template <> __device__ __forceinline__ unsigned pack_word<float>(float lo, float hi)
-{
-    (void)hi;
-    return __float_as_uint(lo);
-}
 template <> __device__ __forceinline__ unsigned pack_word<__half>(float lo, float hi)
 {
     const __half2 h = __floats2half2_rn(lo, hi);
@@ -289,10 +284,11 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 #endif
 }
 
-__device__ __forceinline__ int dtype_bytes(int dt) { return dt == FN_DT_F32 ? 4 : 2; }
+/* Both also size the launchers' pipeline stages (host side). */
+__host__ __device__ __forceinline__ int dtype_bytes(int dt) { return dt == FN_DT_F32 ? 4 : 2; }
 
 /* 16-byte chunks per VEC-element vector of a tensor of dtype dt (1 or 2). */
-template <typename TX, int VEC> __device__ __forceinline__ int chunks_of(int dt)
+template <typename TX, int VEC> __host__ __device__ __forceinline__ int chunks_of(int dt)
 {
     return (int)(VEC * (sizeof(TX) == 4 ? 4 : dtype_bytes(dt)) / 16);
 }

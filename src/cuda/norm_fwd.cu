@@ -272,9 +272,8 @@ template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
     /* FN_STAGES stages of x (and residual), 16-byte chunks per thread. */
-    auto chunks = [](int dt) { return (size_t)VEC * (sizeof(TX) == 4 ? 4 : (dt == FN_DT_F32 ? 4 : 2)) / 16; };
-    size_t smem =
-        VEC > 1 ? FN_STAGES * (size_t)(EPT / VEC) * (chunks(p.dt_x) + (p.res ? chunks(p.dt_res) : 0)) * threads * 16 : 0;
+    const size_t chunks = (size_t)chunks_of<TX, VEC>(p.dt_x) + (p.res ? chunks_of<TX, VEC>(p.dt_res) : 0);
+    size_t smem = VEC > 1 ? FN_STAGES * (size_t)(EPT / VEC) * chunks * threads * 16 : 0;
     /* Past FN_MAX_STAGE_BYTES, staging would cost the residency that hides
      * latency in the first place: the largest tiles load straight into
      * registers. fp32 activations do too: their 16-byte loads already keep
