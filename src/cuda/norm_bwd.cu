@@ -82,15 +82,16 @@ __device__ __forceinline__ void write_partial_row(float (&acc)[EPT / VEC][VEC], 
  * a shared-memory fp32 cache (p.wcache), LayerNorm's extra terms and the
  * dbias accumulation are skipped when not asked for (uniform branches, the
  * row body specialized on LN), and the arithmetic is folded into FMAs. */
-template <typename TX, int VEC, int EPT, bool PIPE, bool PLAIN>
+template <typename TX, int VEC, int EPT, bool PIPE, int PLAIN>
 __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_params p)
 {
     constexpr int K = EPT / VEC;
     static_assert(!PIPE || VEC > 1, "the pipeline moves 16-byte vectors");
     static_assert(!PLAIN || PIPE, "PLAIN: staged rows only");
-    /* PLAIN is the launcher's promise for the common call (bwd_is_plain): the
-     * row fills the tile exactly, the weight is in the cache, no dresidual_out,
-     * no dresidual, no dbias. Those branches then fold at compile time. */
+    /* PLAIN (1, or 2 with dbias) is the launcher's promise for the common call
+     * (bwd_is_plain): the row fills the tile exactly, the weight is in the
+     * cache, no dresidual_out, no dresidual. Those branches then fold at
+     * compile time. PLAIN = 0 is the general kernel. */
     const bool has_dres_out = !PLAIN && p.dres_out != nullptr, has_dres = !PLAIN && p.dres != nullptr;
     __shared__ RowReduceSmem sm;
     /* Dynamic shared memory: the pipeline stages during the row loop, then
@@ -105,7 +106,7 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
     const int64_t N = p.cols, groups = (p.rows + rpb - 1) / rpb;
     const int64_t slice = (int64_t)(C > 1 ? cluster_rank() : 0) * tpr * EPT;
     const float inv_n = 1.0f / (float)N;
-    const bool want_w = p.dw != nullptr, want_b = !PLAIN && p.db != nullptr;
+    const bool want_w = p.dw != nullptr, want_b = PLAIN == 2 || (!PLAIN && p.db != nullptr);
     const bool wcache = PLAIN || p.wcache;
 
     float *wc = reinterpret_cast<float *>(dyn_smem + p.wcache_off);
@@ -533,12 +534,15 @@ template <typename TX, int VEC, int EPT> static size_t bwd_stage_bytes(int threa
 }
 
 /* The common call, for which the kernel drops its feature branches (PLAIN):
- * the weight cached, no dresidual_out, no dresidual, no dbias, and a row that
- * fills the tile exactly (the pipeline is checked by the caller). The
+ * the weight cached, no dresidual_out, no dresidual, and a row that fills the
+ * tile exactly (the pipeline is checked by the caller); 2 when dbias is
+ * wanted (a variant of its own: a run-time dbias test kept the general
+ * kernel's registers), 1 when not, 0 for any other call. The
  * backend's occupancy cache keys on the same features (occ_variant). */
-static bool bwd_is_plain(const fn_bwd_params &q, int ept)
+static int bwd_is_plain(const fn_bwd_params &q, int ept)
 {
-    return q.wcache && q.w && !q.db && !q.dres_out && !q.dres && q.cols == (int64_t)q.cluster * q.tpr * ept;
+    if (!(q.wcache && q.w && !q.dres_out && !q.dres && q.cols == (int64_t)q.cluster * q.tpr * ept)) return 0;
+    return q.db ? 2 : 1;
 }
 
 template <typename TX, int VEC, int EPT>
@@ -561,13 +565,18 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     if (q.wcache) smem += cache_bytes;
     if constexpr (VEC > 1)
         if (pipe) {
-            if (bwd_is_plain(q, EPT))
-                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, true>, q, grid, threads, smem,
+            switch (bwd_is_plain(q, EPT)) {
+            case 1:
+                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 1>, q, grid, threads, smem,
                                        p.cluster, stream, active);
-            return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, false>, q, grid, threads, smem,
+            case 2:
+                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 2>, q, grid, threads, smem,
+                                       p.cluster, stream, active);
+            }
+            return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 0>, q, grid, threads, smem,
                                    p.cluster, stream, active);
         }
-    return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, false, false>, q, grid, threads, smem, p.cluster,
+    return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, false, 0>, q, grid, threads, smem, p.cluster,
                            stream, active);
 }
 

@@ -24,18 +24,19 @@
 
 namespace fn {
 
-template <typename TX, int VEC, int EPT, bool PLAIN>
+template <typename TX, int VEC, int EPT, int PLAIN>
 __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_params p)
 {
     constexpr int K = EPT / VEC;
     static_assert(!PLAIN || (VEC > 1 && sizeof(TX) == 2), "PLAIN: staged 16-bit rows only");
-    /* PLAIN is the launcher's promise for the common call (fwd_is_plain): the
-     * row fills the tile exactly (N == cluster * tpr * EPT), x is staged, the
-     * weight is in the cache, no residual, no bias, y of dtype TX. Every branch
+    /* PLAIN (1, or 2 with a bias) is the launcher's promise for the common call
+     * (fwd_is_plain): the row fills the tile exactly (N == cluster * tpr * EPT),
+     * x is staged, the weight (and bias) is in the cache, no residual, y of
+     * dtype TX. PLAIN = 0 is the general kernel. Every branch
      * on those then folds at compile time: ncu counted about a quarter of the
      * forward's instructions in branches and their bookkeeping. */
     const bool has_res = !PLAIN && p.res != nullptr, has_res_out = !PLAIN && p.res_out != nullptr;
-    const bool has_w = PLAIN || p.w != nullptr, has_b = !PLAIN && p.b != nullptr;
+    const bool has_w = PLAIN || p.w != nullptr, has_b = PLAIN == 2 || (!PLAIN && p.b != nullptr);
     __shared__ RowReduceSmem sm;
     int buf = 0;
     const int tpr = p.tpr, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
@@ -280,13 +281,17 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_two_pass(const fn_fwd_params 
 /* ---- launchers ------------------------------------------------------------ */
 
 /* The common call, for which the kernel drops every feature branch (see
- * PLAIN in the kernel): staged x, the weight cached, no residual, no bias, y
- * of the activation dtype, and a row that fills the tile exactly. The backend's
- * occupancy cache keys on the same features (occ_variant in backend.c). */
-static bool fwd_is_plain(const fn_fwd_params &q, int ept)
+ * PLAIN in the kernel): staged x, the weight (and bias) cached, no residual, y
+ * of the activation dtype, and a row that fills the tile exactly. 0: not such
+ * a call; 1: without bias; 2: with a bias (LayerNorm's usual case: a variant
+ * of its own, since a run-time bias test kept the general kernel's registers).
+ * The backend's occupancy cache keys on the same features (occ_variant). */
+static int fwd_is_plain(const fn_fwd_params &q, int ept)
 {
-    return q.pipe && q.wcache && q.w && !q.b && !q.res && !q.res_out && q.dt_y == q.dt_x &&
-           q.cols == (int64_t)q.cluster * q.tpr * ept;
+    if (!(q.pipe && q.wcache && q.w && !q.res && !q.res_out && q.dt_y == q.dt_x &&
+          q.cols == (int64_t)q.cluster * q.tpr * ept))
+        return 0;
+    return q.b ? 2 : 1;
 }
 
 template <typename TX, int VEC, int EPT>
@@ -308,11 +313,17 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
     q.wcache = sizeof(TX) == 2 && cache_bytes > 0 && smem + cache_bytes <= FN_MAX_ROWS_SMEM_BYTES;
     q.wcache_off = (int)smem;
     if (q.wcache) smem += cache_bytes;
-    if constexpr (VEC > 1 && sizeof(TX) == 2)
-        if (fwd_is_plain(q, EPT))
-            return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, true>, q, grid, threads, smem, p.cluster,
+    if constexpr (VEC > 1 && sizeof(TX) == 2) {
+        switch (fwd_is_plain(q, EPT)) {
+        case 1:
+            return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, 1>, q, grid, threads, smem, p.cluster,
                                    stream, active);
-    return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, false>, q, grid, threads, smem, p.cluster, stream,
+        case 2:
+            return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, 2>, q, grid, threads, smem, p.cluster,
+                                   stream, active);
+        }
+    }
+    return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, 0>, q, grid, threads, smem, p.cluster, stream,
                            active);
 }
 
