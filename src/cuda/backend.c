@@ -31,6 +31,7 @@ static device_facts g_devices[MAX_DEVICES];
 
 typedef struct occ_entry {
     int used, device, is_bwd, dt_x, dt2, vec, ept, threads, cluster, smem_rows, two_pass; /* dt2: sizes smem */
+    int variant; /* occ_variant: the features that pick the kernel variant and size its weight cache */
     int64_t smem_acc_cols; /* two-pass backward: columns of shared-memory partial sums (0: none) */
     int active;
 } occ_entry;
@@ -155,6 +156,22 @@ static int vector_vec_ok(const void *p) { return !p || aligned16(p); }
 
 /* ---- occupancy (cached) ---------------------------------------------------- */
 
+/* The features besides the plan and dtypes that change which kernel a rows
+ * launch runs (the PLAIN variants of norm_fwd.cu / norm_bwd.cu) or the size of
+ * its weight cache, so that each variant gets its own occupancy. */
+static int occ_variant(int is_bwd, const void *params, const fn_plan *pl)
+{
+    const int exact = pl->path == FN_PATH_ROWS_IN_REGISTERS &&
+                      (is_bwd ? ((const fn_bwd_params *)params)->cols : ((const fn_fwd_params *)params)->cols) ==
+                          (int64_t)pl->cluster * pl->tpr * pl->ept;
+    if (is_bwd) {
+        const fn_bwd_params *b = (const fn_bwd_params *)params;
+        return (b->w != NULL) | (b->db != NULL) << 1 | (b->dres_out != NULL) << 2 | (b->dres != NULL) << 3 | exact << 4;
+    }
+    const fn_fwd_params *f = (const fn_fwd_params *)params;
+    return (f->w != NULL) | (f->b != NULL) << 1 | (f->res_out != NULL) << 2 | (f->dt_y == f->dt_x) << 3 | exact << 4;
+}
+
 static fusednorm_status max_active(int device, int is_bwd, const void *params, const fn_plan *pl, const char *fn,
                                    int *active)
 {
@@ -167,14 +184,15 @@ static fusednorm_status max_active(int device, int is_bwd, const void *params, c
     const int64_t smem_acc_cols =
         is_bwd && two_pass && bp->smem_acc ? bp->cols * ((bp->dw != NULL) + (bp->db != NULL)) : 0;
     occ_entry key = {1, device, is_bwd, dt_x, dt2, pl->vec, pl->ept, pl->threads, pl->cluster, pl->rows_per_block > 1,
-                     two_pass, smem_acc_cols, 0};
+                     two_pass, occ_variant(is_bwd, params, pl), smem_acc_cols, 0};
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < OCC_CACHE && g_occ[i].used; i++) {
         occ_entry *o = &g_occ[i];
         if (o->device == key.device && o->is_bwd == key.is_bwd && o->dt_x == key.dt_x && o->dt2 == key.dt2 &&
             o->vec == key.vec &&
             o->ept == key.ept && o->threads == key.threads && o->cluster == key.cluster &&
-            o->smem_rows == key.smem_rows && o->two_pass == key.two_pass && o->smem_acc_cols == key.smem_acc_cols) {
+            o->smem_rows == key.smem_rows && o->two_pass == key.two_pass && o->variant == key.variant &&
+            o->smem_acc_cols == key.smem_acc_cols) {
             *active = o->active;
             pthread_mutex_unlock(&g_lock);
             return FUSEDNORM_OK;

@@ -82,11 +82,17 @@ __device__ __forceinline__ void write_partial_row(float (&acc)[EPT / VEC][VEC], 
  * a shared-memory fp32 cache (p.wcache), LayerNorm's extra terms and the
  * dbias accumulation are skipped when not asked for (uniform branches, the
  * row body specialized on LN), and the arithmetic is folded into FMAs. */
-template <typename TX, int VEC, int EPT, bool PIPE>
+template <typename TX, int VEC, int EPT, bool PIPE, int PLAIN>
 __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_params p)
 {
     constexpr int K = EPT / VEC;
     static_assert(!PIPE || VEC > 1, "the pipeline moves 16-byte vectors");
+    static_assert(!PLAIN || PIPE, "PLAIN: staged rows only");
+    /* PLAIN (1, or 2 with dbias) is the launcher's promise for the common call
+     * (bwd_is_plain): the row fills the tile exactly, the weight is in the
+     * cache, no dresidual_out, no dresidual. Those branches then fold at
+     * compile time. PLAIN = 0 is the general kernel. */
+    const bool has_dres_out = !PLAIN && p.dres_out != nullptr, has_dres = !PLAIN && p.dres != nullptr;
     __shared__ RowReduceSmem sm;
     /* Dynamic shared memory: the pipeline stages during the row loop, then
      * [rows_per_block][tpr*EPT] fp32 partials when rows_per_block > 1; the
@@ -100,17 +106,18 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
     const int64_t N = p.cols, groups = (p.rows + rpb - 1) / rpb;
     const int64_t slice = (int64_t)(C > 1 ? cluster_rank() : 0) * tpr * EPT;
     const float inv_n = 1.0f / (float)N;
-    const bool want_w = p.dw != nullptr, want_b = p.db != nullptr;
+    const bool want_w = p.dw != nullptr, want_b = PLAIN == 2 || (!PLAIN && p.db != nullptr);
+    const bool wcache = PLAIN || p.wcache;
 
     float *wc = reinterpret_cast<float *>(dyn_smem + p.wcache_off);
-    if (p.wcache) {
+    if (wcache) {
         fill_column_cache(wc, p.w, p.dt_w, p.w_off, slice, tpr * EPT, N);
         __syncthreads();
     }
 
     bool col_ok[K];
     #pragma unroll
-    for (int k = 0; k < K; k++) col_ok[k] = slice + ((int64_t)k * tpr + lane) * VEC < N;
+    for (int k = 0; k < K; k++) col_ok[k] = PLAIN || slice + ((int64_t)k * tpr + lane) * VEC < N;
 
     float dw[K][VEC], db[K][VEC];
     #pragma unroll
@@ -158,7 +165,7 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
     /* g = dy * (w + w_off) for vector k (dy alone without a weight). */
     auto weight_of = [&](int k, float (&w)[VEC]) {
         const int c = (k * tpr + lane) * VEC;
-        if (p.wcache) {
+        if (wcache) {
             read_cache<VEC>(wc, c, w);
         } else if (p.w && col_ok[k]) {
             load_dyn<TX, VEC>(p.w, p.dt_w, slice + c, w);
@@ -280,12 +287,12 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
             float x[VEC], dy[VEC], w[VEC], dres[VEC], dx[VEC];
             fetch(k, x, dy);
             weight_of(k, w);
-            if (p.dres_out) load_dyn<TX, VEC>(p.dres_out, p.dt_dres_out, row * p.sdres_out + col, dres);
+            if (has_dres_out) load_dyn<TX, VEC>(p.dres_out, p.dt_dres_out, row * p.sdres_out + col, dres);
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
                 const float xh = xhat(x[j]);
                 float v = fmaf(-xh, c1r, fmaf(dy[j] * w[j], rstd, -c2r));
-                if (p.dres_out) v += dres[j];
+                if (has_dres_out) v += dres[j];
                 dx[j] = v;
                 dw[k][j] = fmaf(dy[j], xh, dw[k][j]);
             }
@@ -293,7 +300,7 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) db[k][j] += dy[j];
             store_vec<TX, VEC>((TX *)p.dx, row * p.sdx + col, dx);
-            if (p.dres) store_dyn<TX, VEC>(p.dres, p.dt_dres, row * p.sdres + col, dx);
+            if (has_dres) store_dyn<TX, VEC>(p.dres, p.dt_dres, row * p.sdres + col, dx);
         }
     };
 
@@ -526,6 +533,18 @@ template <typename TX, int VEC, int EPT> static size_t bwd_stage_bytes(int threa
     return FN_STAGES * (size_t)(EPT / VEC) * 2 * threads * 16;
 }
 
+/* The common call, for which the kernel drops its feature branches (PLAIN):
+ * the weight cached, no dresidual_out, no dresidual, and a row that fills the
+ * tile exactly (the pipeline is checked by the caller); 2 when dbias is
+ * wanted (a variant of its own: a run-time dbias test kept the general
+ * kernel's registers), 1 when not, 0 for any other call. The
+ * backend's occupancy cache keys on the same features (occ_variant). */
+static int bwd_is_plain(const fn_bwd_params &q, int ept)
+{
+    if (!(q.wcache && q.w && !q.dres_out && !q.dres && q.cols == (int64_t)q.cluster * q.tpr * ept)) return 0;
+    return q.db ? 2 : 1;
+}
+
 template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
@@ -545,11 +564,20 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     q.wcache_off = (int)smem;
     if (q.wcache) smem += cache_bytes;
     if constexpr (VEC > 1)
-        if (pipe)
-            return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true>, q, grid, threads, smem, p.cluster,
-                                   stream, active);
-    return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, false>, q, grid, threads, smem, p.cluster, stream,
-                           active);
+        if (pipe) {
+            switch (bwd_is_plain(q, EPT)) {
+            case 1:
+                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 1>, q, grid, threads, smem,
+                                       p.cluster, stream, active);
+            case 2:
+                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 2>, q, grid, threads, smem,
+                                       p.cluster, stream, active);
+            }
+            return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 0>, q, grid, threads, smem,
+                                   p.cluster, stream, active);
+        }
+    return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, false, 0>, q, grid, threads, smem, p.cluster,
+                           stream, active);
 }
 
 /* EPT instantiated (the planner's list): 4 (scalar and fp32 only), 8, and 16

@@ -24,10 +24,19 @@
 
 namespace fn {
 
-template <typename TX, int VEC, int EPT>
+template <typename TX, int VEC, int EPT, int PLAIN>
 __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_params p)
 {
     constexpr int K = EPT / VEC;
+    static_assert(!PLAIN || (VEC > 1 && sizeof(TX) == 2), "PLAIN: staged 16-bit rows only");
+    /* PLAIN (1, or 2 with a bias) is the launcher's promise for the common call
+     * (fwd_is_plain): the row fills the tile exactly (N == cluster * tpr * EPT),
+     * x is staged, the weight (and bias) is in the cache, no residual, y of
+     * dtype TX. PLAIN = 0 is the general kernel. Every branch
+     * on those then folds at compile time: ncu counted about a quarter of the
+     * forward's instructions in branches and their bookkeeping. */
+    const bool has_res = !PLAIN && p.res != nullptr, has_res_out = !PLAIN && p.res_out != nullptr;
+    const bool has_w = PLAIN || p.w != nullptr, has_b = PLAIN == 2 || (!PLAIN && p.b != nullptr);
     __shared__ RowReduceSmem sm;
     int buf = 0;
     const int tpr = p.tpr, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
@@ -37,41 +46,43 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
     /* A persistent grid: each CTA (or cluster) walks row groups with a fixed
      * stride. With vector access the next group's x (and residual) stream into
      * shared memory (cp.async) while this one is reduced and written. */
-    const bool pipe = VEC > 1 && p.pipe;
+    const bool pipe = PLAIN || (VEC > 1 && p.pipe);
     extern __shared__ __align__(16) unsigned char dyn_smem[];
     uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
     /* x is of dtype TX: one 16-byte chunk per vector; the residual may be fp32. */
     constexpr int chx = VEC * (int)sizeof(TX) / 16;
-    const int nthr = blockDim.x, chr = p.res ? chunks_of<TX, VEC>(p.dt_res) : 0;
+    const int nthr = blockDim.x, chr = has_res ? chunks_of<TX, VEC>(p.dt_res) : 0;
     const int per_stage = K * (chx + chr) * nthr;
-    const int rb = p.res ? dtype_bytes(p.dt_res) : 0;
+    const int rb = has_res ? dtype_bytes(p.dt_res) : 0;
     /* The stages' shared-memory address, converted once (cp.async takes it). */
     const unsigned stage_s = smem_addr(stage);
     const int64_t first = blockIdx.x / C, stride = gridDim.x / C;
     /* (w + w_off) and b of this CTA's columns as fp32 in shared memory (see
      * fill_column_cache): the forward is bound by instruction issue as much as
      * by memory (ncu at N = 4096 bf16: 0.68 warps issued per scheduler cycle). */
-    float *wc = reinterpret_cast<float *>(dyn_smem + p.wcache_off), *bc = wc + (p.w ? tpr * EPT : 0);
+    float *wc = reinterpret_cast<float *>(dyn_smem + p.wcache_off), *bc = wc + (has_w ? tpr * EPT : 0);
     /* fp32 rows go without it: their loads are not the bottleneck (88% of copy
      * at N = 4096), and the cache path doubled their registers (64 -> 128). */
-    const bool wcache = sizeof(TX) == 2 && p.wcache;
+    const bool wcache = PLAIN || (sizeof(TX) == 2 && p.wcache);
     if (wcache) {
-        if (p.w) fill_column_cache(wc, p.w, p.dt_w, p.w_off, slice, tpr * EPT, N);
-        if (p.b) fill_column_cache(bc, p.b, p.dt_w, 0.0f, slice, tpr * EPT, N);
+        if (has_w) fill_column_cache(wc, p.w, p.dt_w, p.w_off, slice, tpr * EPT, N);
+        if (has_b) fill_column_cache(bc, p.b, p.dt_w, 0.0f, slice, tpr * EPT, N);
         __syncthreads();
     }
+    /* Whether column col of this CTA's slice lies in the row. */
+    auto in_row = [&](int64_t col) { return PLAIN || col < N; };
     auto issue = [&](int64_t g, int st) {
         const int64_t row = g * p.rows_per_block + sub;
         if (g < groups && row < p.rows) {
             const unsigned sx = stage_s + (unsigned)(st * per_stage + (int)threadIdx.x) * 16u,
                            sr = sx + (unsigned)(K * chx * nthr) * 16u;
             const TX *xrow = (const TX *)p.x + row * p.sx + slice + lane * VEC;
-            const char *rrow = p.res ? (const char *)p.res + (row * p.sres + slice + lane * VEC) * rb : nullptr;
+            const char *rrow = has_res ? (const char *)p.res + (row * p.sres + slice + lane * VEC) * rb : nullptr;
             #pragma unroll
             for (int k = 0; k < K; k++) {
-                if (slice + ((int64_t)k * tpr + lane) * VEC >= N) continue;
+                if (!in_row(slice + ((int64_t)k * tpr + lane) * VEC)) continue;
                 cp_async16_s(sx + (unsigned)(k * chx * nthr) * 16u, xrow + k * tpr * VEC);
-                if (p.res) {
+                if (has_res) {
                     const char *g = rrow + (int64_t)k * tpr * VEC * rb;
                     for (int c = 0; c < chr; c++)
                         cp_async16_s(sr + (unsigned)((k * chr + c) * nthr) * 16u, g + 16 * c);
@@ -98,7 +109,7 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
         #pragma unroll
         for (int k = 0; k < K; k++) {
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
-            ok[k] = row_ok && col < N;
+            ok[k] = row_ok && in_row(col);
             if (ok[k]) {
                 if (pipe) unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, dtype_of<TX>::value, h[k]);
                 else load_vec<TX, VEC>((const TX *)p.x, row * p.sx + col, h[k]);
@@ -107,7 +118,7 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
                 for (int j = 0; j < VEC; j++) h[k][j] = 0.0f;
             }
         }
-        if (p.res) {
+        if (has_res) {
             #pragma unroll
             for (int k = 0; k < K; k++) {
                 if (!ok[k]) continue;
@@ -119,7 +130,7 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
                 for (int j = 0; j < VEC; j++) h[k][j] += r[j];
             }
         }
-        if (p.res_out) {
+        if (has_res_out) {
             #pragma unroll
             for (int k = 0; k < K; k++)
                 if (ok[k])
@@ -161,7 +172,7 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
             float w[VEC], b[VEC], y[VEC];
             const int c = (k * tpr + lane) * VEC;
-            if (p.w) {
+            if (has_w) {
                 if (wcache) {
                     read_cache<VEC>(wc, c, w);
                 } else {
@@ -170,18 +181,19 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
                     for (int j = 0; j < VEC; j++) w[j] += p.w_off;
                 }
             }
-            if (p.b) {
+            if (has_b) {
                 if (wcache) read_cache<VEC>(bc, c, b);
                 else load_dyn<TX, VEC>(p.b, p.dt_w, col, b);
             }
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
                 float v = h[k][j] * rstd;
-                if (p.w) v *= w[j];
-                if (p.b) v += b[j];
+                if (has_w) v *= w[j];
+                if (has_b) v += b[j];
                 y[j] = v;
             }
-            store_dyn<TX, VEC>(p.y, p.dt_y, row * p.sy + col, y);
+            if (PLAIN) store_vec<TX, VEC>((TX *)p.y, row * p.sy + col, y);
+            else store_dyn<TX, VEC>(p.y, p.dt_y, row * p.sy + col, y);
         }
     }
     if (pipe) cp_async_wait<0>();
@@ -268,6 +280,20 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_two_pass(const fn_fwd_params 
 
 /* ---- launchers ------------------------------------------------------------ */
 
+/* The common call, for which the kernel drops every feature branch (see
+ * PLAIN in the kernel): staged x, the weight (and bias) cached, no residual, y
+ * of the activation dtype, and a row that fills the tile exactly. 0: not such
+ * a call; 1: without bias; 2: with a bias (LayerNorm's usual case: a variant
+ * of its own, since a run-time bias test kept the general kernel's registers).
+ * The backend's occupancy cache keys on the same features (occ_variant). */
+static int fwd_is_plain(const fn_fwd_params &q, int ept)
+{
+    if (!(q.pipe && q.wcache && q.w && !q.res && !q.res_out && q.dt_y == q.dt_x &&
+          q.cols == (int64_t)q.cluster * q.tpr * ept))
+        return 0;
+    return q.b ? 2 : 1;
+}
+
 template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
@@ -287,7 +313,18 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
     q.wcache = sizeof(TX) == 2 && cache_bytes > 0 && smem + cache_bytes <= FN_MAX_ROWS_SMEM_BYTES;
     q.wcache_off = (int)smem;
     if (q.wcache) smem += cache_bytes;
-    return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT>, q, grid, threads, smem, p.cluster, stream, active);
+    if constexpr (VEC > 1 && sizeof(TX) == 2) {
+        switch (fwd_is_plain(q, EPT)) {
+        case 1:
+            return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, 1>, q, grid, threads, smem, p.cluster,
+                                   stream, active);
+        case 2:
+            return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, 2>, q, grid, threads, smem, p.cluster,
+                                   stream, active);
+        }
+    }
+    return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, 0>, q, grid, threads, smem, p.cluster, stream,
+                           active);
 }
 
 /* The EPT values instantiated for each vector width; the planner (plan.c)
