@@ -58,15 +58,16 @@ if has lab; then
   # Plan variants (FUSEDNORM_PLAN_FWD/BWD = "ept,tpr,cluster") on the shapes
   # being tuned; one line per variant.
   log "lab"
-  lab() { # pass dtype cols plan
-    local var=FUSEDNORM_PLAN_FWD; [ "$1" = bwd ] && var=FUSEDNORM_PLAN_BWD
-    printf '%-4s %-5s %7s %-10s ' "$1" "$2" "$3" "${4:-planner}"
-    env $var="${4:-}" "$FN" bench --backend cuda --norm rms --dtype "$2" --cols "$3" --pass "$1" 2>/dev/null |
-      awk '$1=="rms"{print $7, $8, $9}'
+  lab() { # pass dtype cols [plan|- [norm]]  (plan "-": the planner's)
+    local var=FUSEDNORM_PLAN_FWD plan=${4:--} norm=${5:-rms}; [ "$1" = bwd ] && var=FUSEDNORM_PLAN_BWD
+    [ "$plan" = - ] && plan=
+    printf '%-3s %-4s %-5s %7s %-10s ' "$norm" "$1" "$2" "$3" "${plan:-planner}"
+    env $var="$plan" "$FN" bench --backend cuda --norm $norm --dtype "$2" --cols "$3" --pass "$1" 2>/dev/null |
+      awk '$1=="'$norm'"{print $7, $8, $9}'
   }
   {
     if [ -n "${LAB:-}" ]; then
-      # LAB="pass dtype cols plan; ..." runs just those variants
+      # LAB="pass dtype cols plan norm; ..." runs just those variants
       IFS=';' read -ra items <<<"$LAB"
       for item in "${items[@]}"; do lab $item; done
     else
@@ -91,20 +92,26 @@ if has lab; then
 fi
 
 if has ab && [ -n "${AB_BUILD:-}" ]; then
-  # A/B in one call: the same benchmarks with BUILD and with AB_BUILD (another
-  # carried build, e.g. a branch: bench/devbin.sh there, then copy .devbin to
-  # .devbin-b), alternating per shape so that both see the same GPU state.
+  # A/B in one call: the same benchmarks with BUILD (A) and with each build in
+  # AB_BUILD (B, C, ...: other carried builds, e.g. a branch: bench/devbin.sh
+  # there, then copy .devbin to .devbin-wip; or only their CLI, which links the
+  # library statically), alternating per shape so that all see the same GPU state.
   log "A/B: $BUILD against $AB_BUILD"
   {
-    printf '%-4s %-5s %-3s %7s %-4s %10s %10s %8s\n' norm dtype res cols pass "A GB/s" "B GB/s" "B/A"
+    printf '%-4s %-5s %7s %-4s %9s' norm dtype cols pass "A GB/s"
+    for b in $AB_BUILD; do printf ' %9s %6s' "$(basename "$b")" "/A"; done
+    echo
     for norm in ${AB_NORMS:-rms ln}; do
       for dt in ${AB_DTYPES:-bf16 f32}; do
         for cols in $(echo "${AB_COLS:-256,1024,2048,4096,8192,16384,65536,262144}" | tr , ' '); do
           for pass in fwd bwd; do
             ga=$("$FN" bench --backend cuda --norm $norm --dtype $dt --cols $cols --pass $pass 2>/dev/null | awk '$1=="'$norm'"{print $8}')
-            gb=$("$AB_BUILD/fusednorm" bench --backend cuda --norm $norm --dtype $dt --cols $cols --pass $pass 2>/dev/null | awk '$1=="'$norm'"{print $8}')
-            printf '%-4s %-5s %-3s %7s %-4s %10s %10s %8s\n' $norm $dt no $cols $pass "$ga" "$gb" \
-              "$(awk -v a="$ga" -v b="$gb" 'BEGIN{if (a > 0) printf "%.3f", b / a; else print "-"}')"
+            printf '%-4s %-5s %7s %-4s %9s' $norm $dt $cols $pass "$ga"
+            for b in $AB_BUILD; do
+              gb=$("$b/fusednorm" bench --backend cuda --norm $norm --dtype $dt --cols $cols --pass $pass 2>/dev/null | awk '$1=="'$norm'"{print $8}')
+              printf ' %9s %6s' "$gb" "$(awk -v a="$ga" -v b="$gb" 'BEGIN{if (a > 0) printf "%.3f", b / a; else print "-"}')"
+            done
+            echo
           done
         done
       done

@@ -24,7 +24,12 @@
 
 typedef struct device_facts {
     int ready, cc_major, sm_count;
+    int smem_optin; /* shared memory per block with the opt-in (227 KiB on sm_90, 163 KiB on sm_80) */
 } device_facts;
+
+/* Kept for the rows kernels' static shared memory (the reduction scratch,
+ * 1 KiB) out of the opt-in limit when sizing their dynamic part. */
+#define ROWS_STATIC_SMEM_BYTES 2048
 
 enum { MAX_DEVICES = 64, OCC_CACHE = 512 };
 static device_facts g_devices[MAX_DEVICES];
@@ -54,6 +59,7 @@ static fusednorm_status device_facts_get(int dev, device_facts *out, const char 
     if (!f.ready) {
         cudaError_t e = cudaDeviceGetAttribute(&f.cc_major, cudaDevAttrComputeCapabilityMajor, dev);
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&f.sm_count, cudaDevAttrMultiProcessorCount, dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&f.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
         if (e != cudaSuccess) return cuda_fail(fn, "reading device attributes", e);
         f.ready = 1;
         pthread_mutex_lock(&g_lock);
@@ -335,6 +341,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     p.dt_res_out = dt_ro;
     p.dt_w = dt_w;
     p.dt_y = dt_y;
+    p.smem_max = df.smem_optin - ROWS_STATIC_SMEM_BYTES;
 
     const int x_bytes = (int)fn_dtype_size(act), vec = 16 / x_bytes;
     const int vec_ok = a->cols % vec == 0 && tensor_vec_ok(&a->x) && tensor_vec_ok(&a->residual) &&
@@ -450,6 +457,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     p->dt_dres = dt_dr;
     p->dt_dw = a->dweight.dtype;
     p->dt_db = a->dbias.dtype;
+    p->smem_max = df.smem_optin - ROWS_STATIC_SMEM_BYTES;
 
     const int x_bytes = (int)fn_dtype_size(act), vec = 16 / x_bytes;
     const int vec_ok = a->cols % vec == 0 && tensor_vec_ok(&a->dy) && tensor_vec_ok(&a->x) &&

@@ -25,11 +25,12 @@ namespace fn {
 namespace cg = cooperative_groups;
 
 /* Input pipeline depth: rows in flight while one is reduced and written
- * (FN_STAGES - 1 of them), and its largest size per CTA in shared memory. */
-constexpr int FN_STAGES = 3;
+ * (FN_STAGES - 1 of them), and its largest size per CTA in shared memory.
+ * Two stages measured as fast as three or faster (bf16 bwd N=1024 +4%,
+ * LayerNorm fwd N=2048 +3%, H200, tuning step 15) and leave shared memory
+ * for the weight cache and more CTAs. */
+constexpr int FN_STAGES = 2;
 constexpr size_t FN_MAX_STAGE_BYTES = 96 * 1024;
-/* Largest dynamic shared memory of a rows kernel: stages plus weight cache. */
-constexpr size_t FN_MAX_ROWS_SMEM_BYTES = 160 * 1024;
 
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
@@ -176,9 +177,17 @@ struct RowReduceSmem {
     float cluster[2][32][2]; /* [buffer][row in block][value]: read by the cluster's CTAs */
 };
 
+/* bar.sync on barrier id (1..15; 0 is __syncthreads') for nthreads threads,
+ * a multiple of 32: the warps of one row slice. */
+__device__ __forceinline__ void row_barrier(int id, int nthreads)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
+}
+
 /* Sum NV values over the threads of one row slice (tpr threads: sub-warp
  * groups aligned to powers of two, or whole warps), then over the cluster's
- * CTAs. Every thread of the block must call it (barriers inside). */
+ * CTAs. Every thread of the block must call it (barriers inside: the row's
+ * own warps, or the whole cluster). */
 template <int NV>
 __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm, int &buf, int tpr, int sub,
                                               int cluster_size)
@@ -196,7 +205,10 @@ __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm,
         if ((threadIdx.x & 31) == 0)
             #pragma unroll
             for (int i = 0; i < NV; i++) sm.warp[buf][warp][i] = v[i];
-        __syncthreads();
+        /* Only this row's warps meet: with several rows per CTA, each row
+         * waits for its own warps (named barrier 1 + sub), not the CTA's. */
+        if (tpr == (int)blockDim.x) __syncthreads();
+        else row_barrier(1 + sub, tpr);
         #pragma unroll
         for (int i = 0; i < NV; i++) {
             float s = 0.0f;
@@ -315,31 +327,52 @@ __device__ __forceinline__ void unstage_vector(const uint4 *slot, int stride, in
     }
 }
 
-/* Fills cache[c] = f(slice + c) for the CTA's tpr*EPT columns (0 past N), once
- * per kernel, then a barrier: the weights become fp32 in shared memory so that
- * each row reads them with two 16-byte loads per 8 columns instead of a global
- * load, a conversion and an add per column. */
-__device__ __forceinline__ void fill_column_cache(float *cache, const void *src, int dt, float add, int64_t slice,
-                                                  int cols, int64_t N)
+/* The weight (and bias) cache: (w + w_off) and b of a CTA's tpr*EPT columns
+ * as fp32 in shared memory, filled once per kernel (then a barrier), so that
+ * each row reads them with 16-byte shared loads instead of a global load, a
+ * conversion and an add per column.
+ *
+ * Layout: a thread's vector k covers columns (k*tpr + lane)*VEC + j. Stored
+ * in column order, a warp's 16-byte reads of 8-wide vectors would stride by
+ * 32 bytes and take 8 shared wavefronts instead of 4 (ncu counted half of
+ * the forward's shared wavefronts as bank conflicts). So each vector's
+ * float4 q is stored at float4 slot (k*VEC/4 + q)*tpr + lane: a warp reads
+ * 512 consecutive bytes. For VEC <= 4 this is the column order. */
+template <int VEC> __device__ __forceinline__ int cache_pos(int c, int tpr)
 {
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-        const int64_t col = slice + c;
-        cache[c] = col < N ? load_any(src, dt, col) + add : 0.0f;
+    if constexpr (VEC % 4 == 0 && VEC > 4) {
+        const int v = c / VEC, j = c - v * VEC, k = v / tpr, lane = v - k * tpr;
+        return ((k * (VEC / 4) + j / 4) * tpr + lane) * 4 + (j & 3);
+    } else {
+        return c;
     }
 }
 
-template <int VEC> __device__ __forceinline__ void read_cache(const float *cache, int c, float (&v)[VEC])
+template <int VEC>
+__device__ __forceinline__ void fill_column_cache(float *cache, const void *src, int dt, float add, int64_t slice,
+                                                  int tpr, int cols, int64_t N)
+{
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const int64_t col = slice + c;
+        cache[cache_pos<VEC>(c, tpr)] = col < N ? load_any(src, dt, col) + add : 0.0f;
+    }
+}
+
+/* The cached values of this thread's vector k (see cache_pos). */
+template <int VEC>
+__device__ __forceinline__ void read_cache(const float *cache, int k, int lane, int tpr, float (&v)[VEC])
 {
     if constexpr (VEC % 4 == 0) {
         #pragma unroll
         for (int q = 0; q < VEC / 4; q++) {
-            const float4 f = *reinterpret_cast<const float4 *>(cache + c + 4 * q);
+            const float4 f = *reinterpret_cast<const float4 *>(cache + ((k * (VEC / 4) + q) * tpr + lane) * 4);
             v[4 * q] = f.x;
             v[4 * q + 1] = f.y;
             v[4 * q + 2] = f.z;
             v[4 * q + 3] = f.w;
         }
     } else {
+        const int c = (k * tpr + lane) * VEC;
         #pragma unroll
         for (int j = 0; j < VEC; j++) v[j] = cache[c + j];
     }

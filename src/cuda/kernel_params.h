@@ -27,6 +27,8 @@ typedef struct fn_fwd_params {
     int pipe;                         /* set by the launcher: stage the next rows in shared memory */
     int wcache, wcache_off;           /* set by the launcher: (w + w_off) and b of the CTA's columns held in
                                        * shared memory as fp32, at this byte offset of the dynamic area */
+    int smem_max;                     /* dynamic shared memory a rows CTA may take (the device's opt-in
+                                       * limit less the kernels' static part): bounds stages + cache */
 } fn_fwd_params;
 
 typedef struct fn_bwd_params {
@@ -42,6 +44,7 @@ typedef struct fn_bwd_params {
     int tpr, rows_per_block, cluster;
     int pipe;                         /* set by the launcher: stage the next rows in shared memory */
     int wcache, wcache_off;           /* as in fn_fwd_params: (w + w_off) of the CTA's columns in shared memory */
+    int smem_max;                     /* as in fn_fwd_params */
     int partials;                     /* number of fp32 partial rows in the workspace */
     int smem_acc;                     /* two-pass: partial sums in shared memory, each partial row written once */
     float *row_stats;                 /* column split: [rows][4] = rstd, mean, c1, c2 (two-pass writes them, no dx) */

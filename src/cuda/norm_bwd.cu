@@ -82,8 +82,8 @@ __device__ __forceinline__ void write_partial_row(float (&acc)[EPT / VEC][VEC], 
  * a shared-memory fp32 cache (p.wcache), LayerNorm's extra terms and the
  * dbias accumulation are skipped when not asked for (uniform branches, the
  * row body specialized on LN), and the arithmetic is folded into FMAs. */
-template <typename TX, int VEC, int EPT, bool PIPE, int PLAIN>
-__global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_params p)
+template <typename TX, int VEC, int EPT, bool PIPE, int PLAIN> /* registers: see the forward's kernel */
+__global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers(const fn_bwd_params p)
 {
     constexpr int K = EPT / VEC;
     static_assert(!PIPE || VEC > 1, "the pipeline moves 16-byte vectors");
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
 
     float *wc = reinterpret_cast<float *>(dyn_smem + p.wcache_off);
     if (wcache) {
-        fill_column_cache(wc, p.w, p.dt_w, p.w_off, slice, tpr * EPT, N);
+        fill_column_cache<VEC>(wc, p.w, p.dt_w, p.w_off, slice, tpr, tpr * EPT, N);
         __syncthreads();
     }
 
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(512) norm_bwd_rows_in_registers(const fn_bwd_p
     auto weight_of = [&](int k, float (&w)[VEC]) {
         const int c = (k * tpr + lane) * VEC;
         if (wcache) {
-            read_cache<VEC>(wc, c, w);
+            read_cache<VEC>(wc, k, lane, tpr, w);
         } else if (p.w && col_ok[k]) {
             load_dyn<TX, VEC>(p.w, p.dt_w, slice + c, w);
             #pragma unroll
@@ -560,7 +560,7 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     /* The weight cache after the stages: the CTA's tpr*EPT columns in fp32. */
     fn_bwd_params q = p;
     const size_t cache_bytes = p.w ? (size_t)p.tpr * EPT * sizeof(float) : 0;
-    q.wcache = cache_bytes > 0 && smem + cache_bytes <= FN_MAX_ROWS_SMEM_BYTES;
+    q.wcache = cache_bytes > 0 && smem + cache_bytes <= (size_t)p.smem_max;
     q.wcache_off = (int)smem;
     if (q.wcache) smem += cache_bytes;
     if constexpr (VEC > 1)

@@ -24,8 +24,12 @@
 
 namespace fn {
 
+/* Register budget: the general kernel (PLAIN = 0) leaves it to ptxas under
+ * 512 threads; the PLAIN variants ask for one resident 512-thread CTA (up to
+ * 128 registers), since under the bare bound ptxas squeezed some of them into
+ * 64 registers with spills (ncu: local-memory traffic in the forward). */
 template <typename TX, int VEC, int EPT, int PLAIN>
-__global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_params p)
+__global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_fwd_rows_in_registers(const fn_fwd_params p)
 {
     constexpr int K = EPT / VEC;
     static_assert(!PLAIN || (VEC > 1 && sizeof(TX) == 2), "PLAIN: staged 16-bit rows only");
@@ -65,8 +69,8 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
      * at N = 4096), and the cache path doubled their registers (64 -> 128). */
     const bool wcache = PLAIN || (sizeof(TX) == 2 && p.wcache);
     if (wcache) {
-        if (has_w) fill_column_cache(wc, p.w, p.dt_w, p.w_off, slice, tpr * EPT, N);
-        if (has_b) fill_column_cache(bc, p.b, p.dt_w, 0.0f, slice, tpr * EPT, N);
+        if (has_w) fill_column_cache<VEC>(wc, p.w, p.dt_w, p.w_off, slice, tpr, tpr * EPT, N);
+        if (has_b) fill_column_cache<VEC>(bc, p.b, p.dt_w, 0.0f, slice, tpr, tpr * EPT, N);
         __syncthreads();
     }
     /* Whether column col of this CTA's slice lies in the row. */
@@ -171,10 +175,9 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
             if (!ok[k]) continue;
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
             float w[VEC], b[VEC], y[VEC];
-            const int c = (k * tpr + lane) * VEC;
             if (has_w) {
                 if (wcache) {
-                    read_cache<VEC>(wc, c, w);
+                    read_cache<VEC>(wc, k, lane, tpr, w);
                 } else {
                     load_dyn<TX, VEC>(p.w, p.dt_w, col, w);
                     #pragma unroll
@@ -182,7 +185,7 @@ __global__ void __launch_bounds__(512) norm_fwd_rows_in_registers(const fn_fwd_p
                 }
             }
             if (has_b) {
-                if (wcache) read_cache<VEC>(bc, c, b);
+                if (wcache) read_cache<VEC>(bc, k, lane, tpr, b);
                 else load_dyn<TX, VEC>(p.b, p.dt_w, col, b);
             }
             #pragma unroll
@@ -310,7 +313,7 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
     if (!q.pipe) smem = 0;
     /* The weight (and bias) cache after the stages: the CTA's tpr*EPT columns in fp32. */
     const size_t cache_bytes = (size_t)((p.w != nullptr) + (p.b != nullptr)) * p.tpr * EPT * sizeof(float);
-    q.wcache = sizeof(TX) == 2 && cache_bytes > 0 && smem + cache_bytes <= FN_MAX_ROWS_SMEM_BYTES;
+    q.wcache = sizeof(TX) == 2 && cache_bytes > 0 && smem + cache_bytes <= (size_t)p.smem_max;
     q.wcache_off = (int)smem;
     if (q.wcache) smem += cache_bytes;
     if constexpr (VEC > 1 && sizeof(TX) == 2) {
