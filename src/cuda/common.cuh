@@ -47,6 +47,28 @@ template <> struct dtype_of<float> { static constexpr int value = FN_DT_F32; };
 template <> struct dtype_of<__half> { static constexpr int value = FN_DT_F16; };
 template <> struct dtype_of<__nv_bfloat16> { static constexpr int value = FN_DT_BF16; };
 
+/* The elements of a 16-byte (or 8-byte) raw vector of T as fp32. bf16 is the
+ * top half of an fp32, so each element is one instruction: the word shifted
+ * left (element 2j, the low half) or masked (element 2j+1). Through
+ * __bfloat162float nvcc spent two per high element (PRMT, then a shift:
+ * ncu counted 8 such instructions per element in the bf16 backward). */
+template <typename T, int N, typename Raw>
+__device__ __forceinline__ void unpack_raw(const Raw &raw, float *out)
+{
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        const unsigned *w = reinterpret_cast<const unsigned *>(&raw);
+        #pragma unroll
+        for (int j = 0; j < N / 2; j++) {
+            out[2 * j] = __uint_as_float(w[j] << 16);
+            out[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+        }
+    } else {
+        const T *e = reinterpret_cast<const T *>(&raw);
+        #pragma unroll
+        for (int j = 0; j < N; j++) out[j] = to_f32(e[j]);
+    }
+}
+
 /* Load VEC consecutive elements of type T starting at element i (i a multiple of
  * VEC; base and row stride aligned when the planner chose VEC > 1). */
 template <typename T, int VEC>
@@ -58,17 +80,13 @@ __device__ __forceinline__ void load_vec(const T *__restrict__ p, int64_t i, flo
     } else if constexpr (BYTES % 16 == 0) {
         #pragma unroll
         for (int c = 0; c < BYTES / 16; c++) {
-            uint4 raw = *reinterpret_cast<const uint4 *>(p + i + c * (16 / sizeof(T)));
-            const T *e = reinterpret_cast<const T *>(&raw);
-            #pragma unroll
-            for (int j = 0; j < 16 / (int)sizeof(T); j++) out[c * (16 / sizeof(T)) + j] = to_f32(e[j]);
+            const uint4 raw = *reinterpret_cast<const uint4 *>(p + i + c * (16 / sizeof(T)));
+            unpack_raw<T, 16 / (int)sizeof(T)>(raw, out + c * (16 / sizeof(T)));
         }
     } else {
         static_assert(BYTES % 8 == 0, "vector of 8 or 16 bytes expected");
-        uint2 raw = *reinterpret_cast<const uint2 *>(p + i);
-        const T *e = reinterpret_cast<const T *>(&raw);
-        #pragma unroll
-        for (int j = 0; j < VEC; j++) out[j] = to_f32(e[j]);
+        const uint2 raw = *reinterpret_cast<const uint2 *>(p + i);
+        unpack_raw<T, VEC>(raw, out);
     }
 }
 
@@ -209,12 +227,19 @@ __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm,
          * waits for its own warps (named barrier 1 + sub), not the CTA's. */
         if (tpr == (int)blockDim.x) __syncthreads();
         else row_barrier(1 + sub, tpr);
+        /* The row's wpr warp sums (wpr <= 16), added by a butterfly: lane l
+         * reads slot l mod P (P: wpr rounded up to a power of two; zero past
+         * wpr), so every group of P lanes of every warp of the row adds the
+         * same values in the same order and ends with the same bits. One
+         * shared load and log2(P) shuffles instead of a loop of wpr loads. */
+        int P = 1;
+        while (P < wpr) P <<= 1;
+        const int l = threadIdx.x & (P - 1);
         #pragma unroll
-        for (int i = 0; i < NV; i++) {
-            float s = 0.0f;
-            for (int w = 0; w < wpr; w++) s += sm.warp[buf][sub * wpr + w][i];
-            v[i] = s;
-        }
+        for (int i = 0; i < NV; i++) v[i] = l < wpr ? sm.warp[buf][sub * wpr + l][i] : 0.0f;
+        for (int off = P >> 1; off > 0; off >>= 1)
+            #pragma unroll
+            for (int i = 0; i < NV; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], off);
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (cluster_size > 1) {
@@ -321,9 +346,7 @@ __device__ __forceinline__ void unstage_vector(const uint4 *slot, int stride, in
         }
     } else {
         const uint4 u = slot[0];
-        const TX *e = reinterpret_cast<const TX *>(&u);
-        #pragma unroll
-        for (int j = 0; j < VEC; j++) out[j] = to_f32(e[j]);
+        unpack_raw<TX, VEC>(u, out);
     }
 }
 
