@@ -7,7 +7,8 @@
 #
 #   bench/device.sh [stage ...]    stages: build tests lab ab ncu sanitize bench peers python multigpu
 #                                  (default: build tests sanitize bench peers)
-#   env: BUILD (default build-dev; bench/devbin.sh builds .devbin here to carry), QUICK=1 (fewer bench shapes)
+#   env: BUILD (default build-dev; bench/devbin.sh builds .devbin here to carry), QUICK=1 (fewer bench shapes);
+#        ab: AB_BUILD (builds to compare with BUILD), AB_NORMS, AB_DTYPES, AB_COLS, AB_PASSES
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -104,7 +105,7 @@ if has ab && [ -n "${AB_BUILD:-}" ]; then
     for norm in ${AB_NORMS:-rms ln}; do
       for dt in ${AB_DTYPES:-bf16 f32}; do
         for cols in $(echo "${AB_COLS:-256,1024,2048,4096,8192,16384,65536,262144}" | tr , ' '); do
-          for pass in fwd bwd; do
+          for pass in ${AB_PASSES:-fwd bwd}; do
             ga=$("$FN" bench --backend cuda --norm $norm --dtype $dt --cols $cols --pass $pass 2>/dev/null | awk '$1=="'$norm'"{print $8}')
             printf '%-4s %-5s %7s %-4s %9s' $norm $dt $cols $pass "$ga"
             for b in $AB_BUILD; do

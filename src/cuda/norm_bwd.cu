@@ -93,6 +93,10 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
      * cache, no dresidual_out, no dresidual. Those branches then fold at
      * compile time. PLAIN = 0 is the general kernel. */
     const bool has_dres_out = !PLAIN && p.dres_out != nullptr, has_dres = !PLAIN && p.dres != nullptr;
+    /* HOLD: the staged x and dy are unpacked into registers once per row and
+     * both passes read them there (PLAIN = 1 only: with dbias' accumulators
+     * as well they would not fit in registers). */
+    constexpr bool HOLD = PIPE && PLAIN >= 1;
     __shared__ RowReduceSmem sm;
     /* Dynamic shared memory: the pipeline stages during the row loop, then
      * [rows_per_block][tpr*EPT] fp32 partials when rows_per_block > 1; the
@@ -183,12 +187,27 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
         constexpr bool LN = decltype(ln_tag)::value;
         const int64_t row = g * rpb + sub;
         const bool row_ok = row < p.rows;
-        /* Without the pipeline x and dy are held here for the whole row. */
-        [[maybe_unused]] float xr[PIPE ? 1 : K][VEC], dyr[PIPE ? 1 : K][VEC];
+        /* x and dy held in registers for the whole row: loaded there without
+         * the pipeline; with it, unstaged once (HOLD) instead of once per pass. */
+        [[maybe_unused]] float xr[PIPE && !HOLD ? 1 : K][VEC], dyr[PIPE && !HOLD ? 1 : K][VEC];
         const int cur = it % FN_STAGES;
+        [[maybe_unused]] const uint4 *sx = stage + cur * per_stage + threadIdx.x;
+        [[maybe_unused]] const uint4 *sy = sx + K * chx * nthr;
         if constexpr (PIPE) {
             issue(g + (FN_STAGES - 1) * nclusters, (it + FN_STAGES - 1) % FN_STAGES);
             cp_async_wait<FN_STAGES - 1>();
+            if constexpr (HOLD) {
+                #pragma unroll
+                for (int k = 0; k < K; k++) {
+                    if (row_ok && col_ok[k]) {
+                        unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, dtype_of<TX>::value, xr[k]);
+                        unstage_vector<TX, VEC>(sy + k * chy * nthr, nthr, dtype_of<TX>::value, dyr[k]);
+                    } else {
+                        #pragma unroll
+                        for (int j = 0; j < VEC; j++) xr[k][j] = dyr[k][j] = 0.0f;
+                    }
+                }
+            }
         } else {
             #pragma unroll
             for (int k = 0; k < K; k++) {
@@ -202,11 +221,9 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
                 }
             }
         }
-        [[maybe_unused]] const uint4 *sx = stage + cur * per_stage + threadIdx.x;
-        [[maybe_unused]] const uint4 *sy = sx + K * chx * nthr;
         /* x and dy of vector k of this row (zeros where the row or column is out of range). */
         auto fetch = [&](int k, float (&x)[VEC], float (&dy)[VEC]) {
-            if constexpr (PIPE) {
+            if constexpr (PIPE && !HOLD) {
                 if (row_ok && col_ok[k]) {
                     unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, dtype_of<TX>::value, x);
                     unstage_vector<TX, VEC>(sy + k * chy * nthr, nthr, dtype_of<TX>::value, dy);
