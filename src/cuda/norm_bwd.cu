@@ -94,8 +94,8 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
      * compile time. PLAIN = 0 is the general kernel. */
     const bool has_dres_out = !PLAIN && p.dres_out != nullptr, has_dres = !PLAIN && p.dres != nullptr;
     /* HOLD: the staged x and dy are unpacked into registers once per row and
-     * both passes read them there (PLAIN = 1 only: with dbias' accumulators
-     * as well they would not fit in registers). */
+     * both passes read them there (the PLAIN variants, whose registers allow
+     * it: bf16 at EPT 16 takes 120, 128 with dbias, without spills). */
     constexpr bool HOLD = PIPE && PLAIN >= 1;
     __shared__ RowReduceSmem sm;
     /* Dynamic shared memory: the pipeline stages during the row loop, then
