@@ -144,9 +144,10 @@ if has sanitize; then
   log "compute-sanitizer"
   # Every kernel path, forward and backward, every norm, feature and dtype
   # (fusednorm check runs them all per column count):
-  #   256     registers, several rows per CTA
+  #   256     registers, several rows per CTA (one warp or less per row)
   #   999     registers, one element at a time (no vector access)
-  #   4096    registers, 3-stage cp.async pipeline (16-bit), weight cache
+  #   2048    registers, 4 rows per CTA of 2 warps each (per-row named barriers)
+  #   4096    registers, cp.async pipeline (16-bit), weight cache, PLAIN variants
   #   4097    two-pass, rows peeled to 16 bytes, dweight partials in shared memory
   #   65536   clusters (distributed shared memory)
   #   131072  the largest clusters (8 fwd, 16 bwd)
@@ -155,10 +156,13 @@ if has sanitize; then
   # small problem still walks several rows per CTA: pipeline stages reused,
   # partial rows summed. memcheck also runs with the default grids, and over
   # the atomic dweight path (bench --atomic, one launch per case).
-  # Device time (session 2): memcheck of 6 column counts x 12 rows ~40 s, racecheck of
-  # 3 x 8 rows ~30 s; the full default set below takes longer than one 10-minute
-  # call: split it with SANITIZERS=... and SANITIZE_COLS=... over several calls.
-  COLS=${SANITIZE_COLS:-256,999,4096,4097,65536,131072,300000}
+  # racecheck also runs each large-row path (clusters at 65536; two-pass forward and
+  # column-split backward at 300000), rms and ln, bf16 and f32, one launch each
+  # (bench --warmup 0: 2-5 s per case).
+  # Device time (session 4, the default set with SANITIZE_ROWS=12 RACECHECK_ROWS=8):
+  # about 200 s for the whole stage; memcheck with the default grids at 96 rows and
+  # every column count did not finish in 100 s, at 24 rows 131072 and 300000 took 38 s.
+  COLS=${SANITIZE_COLS:-256,999,2048,4096,4097,65536,131072,300000}
   san() { # name tool timeout cmd...
     local name=$1 tool=$2 t=$3; shift 3
     timeout "$t" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" >"$OUT/sanitize_$name.log" 2>&1
@@ -169,12 +173,18 @@ if has sanitize; then
   }
   for tool in ${SANITIZERS:-memcheck racecheck synccheck initcheck}; do
     rows=${SANITIZE_ROWS:-24} cols=$COLS t=${SANITIZE_TIMEOUT:-150}
-    [ $tool = racecheck ] && { rows=${RACECHECK_ROWS:-12} cols=${RACECHECK_COLS:-256,999,4096,4097,65536} t=${RACECHECK_TIMEOUT:-240}; }
+    [ $tool = racecheck ] && { rows=${RACECHECK_ROWS:-12} cols=${RACECHECK_COLS:-256,999,2048,4096,4097} t=${RACECHECK_TIMEOUT:-240}; }
     FUSEDNORM_GRID_CAP=2 san "$tool" "$tool" "$t" "$FN" check --backend cuda --quiet --rows $rows --cols $cols
     if [ $tool = memcheck ]; then
-      san memcheck_default_grid memcheck "$t" "$FN" check --backend cuda --quiet --rows 96 --cols $COLS
+      san memcheck_default_grid memcheck "$t" "$FN" check --backend cuda --quiet --rows 24 --cols $COLS
       FUSEDNORM_GRID_CAP=2 san memcheck_atomic memcheck "$t" "$FN" bench --backend cuda --rows 24 \
         --cols 256,999,4096,4097,65536,300000 --dtype bf16,f32 --norm rms,ln --pass bwd --atomic --iters 1 --warmup 0
+    fi
+    if [ $tool = racecheck ]; then
+      for norm in rms ln; do for dt in bf16 f32; do for c in 65536 300000; do
+        FUSEDNORM_GRID_CAP=2 san "racecheck_${norm}_${dt}_$c" racecheck 60 "$FN" bench --backend cuda --rows 4 \
+          --cols $c --dtype $dt --norm $norm --pass both --iters 1 --warmup 0
+      done; done; done
     fi
   done
 fi
