@@ -126,6 +126,7 @@ if has ncu; then
   # SASS with source lines), and the SASS of the library, for reading here:
   #   ncu_<pass>_details.txt  throughput, issue, stall breakdown
   #   ncu_<pass>_source.csv   per SASS instruction: executions, stall samples
+  #   ncu_<pass>_summary.txt  instructions per element, by opcode (bench/ncu_summary.py)
   log "ncu"
   for pass in ${NCU_PASSES:-fwd bwd}; do
     rep="$OUT/ncu_$pass"
@@ -135,6 +136,9 @@ if has ncu; then
     echo "ncu $pass: exit $?" | tee -a "$SUMMARY"
     ncu --import "$rep.ncu-rep" --page details >"$OUT/ncu_${pass}_details.txt" 2>&1
     ncu --import "$rep.ncu-rep" --page source --print-source sass --csv >"$OUT/ncu_${pass}_source.csv" 2>&1
+    cols=${NCU_COLS:-4096}; elems=$((cols < 65536 ? 32768 * cols : 1 << 30)) # the bench's default rows
+    python3 bench/ncu_summary.py "$OUT/ncu_${pass}_source.csv" --elements $elems >"$OUT/ncu_${pass}_summary.txt" 2>&1
+    head -12 "$OUT/ncu_${pass}_summary.txt" >>"$SUMMARY"
     rm -f "$rep.ncu-rep"
   done
   cuobjdump -sass "$BUILD/libfusednorm.so" 2>/dev/null | gzip >"$OUT/sass.txt.gz"
