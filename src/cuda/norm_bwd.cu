@@ -570,9 +570,11 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
      * pipeline is specialized on it); other mixes load straight into registers. */
     const bool same_dtypes = p.dt_x == dtype_of<TX>::value && p.dt_dy == dtype_of<TX>::value;
     size_t stage_bytes = VEC > 1 && same_dtypes ? bwd_stage_bytes<TX, VEC, EPT>(threads) : 0;
-    const bool pipe = stage_bytes > 0 && stage_bytes <= FN_MAX_STAGE_BYTES; /* see the forward's launcher */
+    const size_t stat_bytes = FN_STAGES * (size_t)threads * 8; /* the per-stage (rstd, mean) slots */
+    const bool pipe = stage_bytes > 0 && stage_bytes <= FN_MAX_STAGE_BYTES && /* see the forward's launcher */
+                      stage_bytes + stat_bytes <= (size_t)p.smem_max;
     if (!pipe) stage_bytes = 0;
-    else stage_bytes += FN_STAGES * (size_t)threads * 8; /* the per-stage (rstd, mean) slots */
+    else stage_bytes += stat_bytes;
     size_t smem = partial_bytes > stage_bytes ? partial_bytes : stage_bytes;
     /* The weight cache after the stages: the CTA's tpr*EPT columns in fp32. */
     fn_bwd_params q = p;

@@ -309,7 +309,10 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
      * enough bytes in flight, and staging them cost the forward 92% -> 78% of
      * copy bandwidth at N=4096 (docs/perf.md). */
     fn_fwd_params q = p;
-    q.pipe = sizeof(TX) == 2 && smem > 0 && smem <= FN_MAX_STAGE_BYTES;
+    /* smem_max: devices with less shared memory per block (99 KiB opt-in on
+     * sm_86/sm_89, which run the sm_80 code) load straight into registers
+     * rather than fail the launch. */
+    q.pipe = sizeof(TX) == 2 && smem > 0 && smem <= FN_MAX_STAGE_BYTES && smem <= (size_t)p.smem_max;
     if (!q.pipe) smem = 0;
     /* The weight (and bias) cache after the stages: the CTA's tpr*EPT columns in fp32. */
     const size_t cache_bytes = (size_t)((p.w != nullptr) + (p.b != nullptr)) * p.tpr * EPT * sizeof(float);
