@@ -35,7 +35,7 @@ enum { MAX_DEVICES = 64, OCC_CACHE = 512 };
 static device_facts g_devices[MAX_DEVICES];
 
 typedef struct occ_entry {
-    int used, device, is_bwd, dt_x, dt2, vec, ept, threads, cluster, smem_rows, two_pass; /* dt2: sizes smem */
+    int used, device, is_bwd, dt_x, dt2, vec, ept, tpr, threads, cluster, smem_rows, two_pass; /* dt2: sizes smem */
     int variant; /* occ_variant: the features that pick the kernel variant and size its weight cache */
     int64_t smem_acc_cols; /* two-pass backward: columns of shared-memory partial sums (0: none) */
     int active;
@@ -189,14 +189,17 @@ static fusednorm_status max_active(int device, int is_bwd, const void *params, c
     const int two_pass = pl->path == FN_PATH_TWO_PASS;
     const int64_t smem_acc_cols =
         is_bwd && two_pass && bp->smem_acc ? bp->cols * ((bp->dw != NULL) + (bp->db != NULL)) : 0;
-    occ_entry key = {1, device, is_bwd, dt_x, dt2, pl->vec, pl->ept, pl->threads, pl->cluster, pl->rows_per_block > 1,
-                     two_pass, occ_variant(is_bwd, params, pl), smem_acc_cols, 0};
+    /* tpr as well as threads: the weight cache takes tpr * ept columns, so two
+     * plans of one CTA size (N = 2048 and 4096 in 256-thread CTAs) differ in
+     * shared memory and may differ in CTAs per SM. */
+    occ_entry key = {1, device, is_bwd, dt_x, dt2, pl->vec, pl->ept, pl->tpr, pl->threads, pl->cluster,
+                     pl->rows_per_block > 1, two_pass, occ_variant(is_bwd, params, pl), smem_acc_cols, 0};
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < OCC_CACHE && g_occ[i].used; i++) {
         occ_entry *o = &g_occ[i];
         if (o->device == key.device && o->is_bwd == key.is_bwd && o->dt_x == key.dt_x && o->dt2 == key.dt2 &&
             o->vec == key.vec &&
-            o->ept == key.ept && o->threads == key.threads && o->cluster == key.cluster &&
+            o->ept == key.ept && o->tpr == key.tpr && o->threads == key.threads && o->cluster == key.cluster &&
             o->smem_rows == key.smem_rows && o->two_pass == key.two_pass && o->variant == key.variant &&
             o->smem_acc_cols == key.smem_acc_cols) {
             *active = o->active;
