@@ -8,7 +8,7 @@
 #   bench/device.sh [stage ...]    stages: build tests lab ab ncu sanitize bench peers python multigpu
 #                                  (default: build tests sanitize bench peers)
 #   env: BUILD (default build-dev; bench/devbin.sh builds .devbin here to carry), QUICK=1 (fewer bench shapes);
-#        ab: AB_BUILD (builds to compare with BUILD), AB_NORMS, AB_DTYPES, AB_COLS, AB_PASSES
+#        ab: AB_BUILD (builds to compare with BUILD), AB_NORMS, AB_DTYPES, AB_COLS, AB_PASSES, AB_RESIDUAL=1
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -98,7 +98,9 @@ if has ab && [ -n "${AB_BUILD:-}" ]; then
   # there, then copy .devbin to .devbin-wip; or only their CLI, which links the
   # library statically), alternating per shape so that all see the same GPU state.
   log "A/B: $BUILD against $AB_BUILD"
+  AB_RES=; [ "${AB_RESIDUAL:-0}" = 1 ] && AB_RES=--residual # the fused residual add (fwd and bwd)
   {
+    [ -n "$AB_RES" ] && echo "(with --residual)"
     printf '%-4s %-5s %7s %-4s %9s' norm dtype cols pass "A GB/s"
     for b in $AB_BUILD; do printf ' %9s %6s' "$(basename "$b")" "/A"; done
     echo
@@ -106,10 +108,10 @@ if has ab && [ -n "${AB_BUILD:-}" ]; then
       for dt in ${AB_DTYPES:-bf16 f32}; do
         for cols in $(echo "${AB_COLS:-256,1024,2048,4096,8192,16384,65536,262144}" | tr , ' '); do
           for pass in ${AB_PASSES:-fwd bwd}; do
-            ga=$("$FN" bench --backend cuda --norm $norm --dtype $dt --cols $cols --pass $pass 2>/dev/null | awk '$1=="'$norm'"{print $8}')
+            ga=$("$FN" bench --backend cuda --norm $norm --dtype $dt --cols $cols --pass $pass $AB_RES 2>/dev/null | awk '$1=="'$norm'"{print $8}')
             printf '%-4s %-5s %7s %-4s %9s' $norm $dt $cols $pass "$ga"
             for b in $AB_BUILD; do
-              gb=$("$b/fusednorm" bench --backend cuda --norm $norm --dtype $dt --cols $cols --pass $pass 2>/dev/null | awk '$1=="'$norm'"{print $8}')
+              gb=$("$b/fusednorm" bench --backend cuda --norm $norm --dtype $dt --cols $cols --pass $pass $AB_RES 2>/dev/null | awk '$1=="'$norm'"{print $8}')
               printf ' %9s %6s' "$gb" "$(awk -v a="$ga" -v b="$gb" 'BEGIN{if (a > 0) printf "%.3f", b / a; else print "-"}')"
             done
             echo
