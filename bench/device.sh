@@ -7,7 +7,8 @@
 #
 #   bench/device.sh [stage ...]    stages: build tests lab ab ncu sanitize bench peers python multigpu
 #                                  (default: build tests sanitize bench peers)
-#   env: BUILD (default build-dev; bench/devbin.sh builds .devbin here to carry), QUICK=1 (fewer bench shapes);
+#   env: BUILD (default build-dev; bench/devbin.sh builds .devbin here to carry, bench/devvar.sh
+#        builds branches' CLI and test_cuda_ops into .devvar/<name>), QUICK=1 (fewer bench shapes);
 #        ab: AB_BUILD (builds to compare with BUILD), AB_NORMS, AB_DTYPES, AB_COLS, AB_PASSES, AB_RESIDUAL=1
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
