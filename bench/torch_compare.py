@@ -16,7 +16,10 @@ GB/s uses the bytes each pass must move (perf-targets.md):
             (dx serves as dresidual when the dtypes match).
 Timing: CUDA events around each call, L2 flushed (a 512 MiB write) before each
 run, warm-up first, median of --reps. The backward of torch eager / compile is
-the autograd graph of one forward, replayed with retain_graph.
+the autograd graph of one forward, replayed with retain_graph; fusednorm's is
+timed that way too and also called directly ("fusednorm explicit":
+rmsnorm_bwd / layernorm_bwd, no autograd), which tells host time in the
+autograd path from the kernels' time.
 
     PYTHONPATH=python python3 bench/torch_compare.py [--out docs] [--quick]
 """
@@ -136,6 +139,26 @@ def implementations(norm, feature, x, w, bias, res):
             return lambda: torch.autograd.grad(outs, leaves, grads, retain_graph=True)
 
         out[name] = (fwd, make_bwd)
+
+    # fusednorm's backward called directly (rmsnorm_bwd / layernorm_bwd), no
+    # autograd: the same C call as the autograd backward, so a gap between
+    # the two rows is host time of the autograd path landing in the timing.
+    def make_explicit_bwd():
+        if norm == "rms":
+            y, res_out, rstd = fusednorm.rmsnorm_fwd(x, w, bias, residual=res, eps=eps, store_rstd=True)
+            mean = None
+        else:
+            y, res_out, rstd, mean = fusednorm.layernorm_fwd(x, w, bias, residual=res, eps=eps, store_rstd=True)
+        dy = torch.randn_like(y)
+        dres_out = torch.randn_like(res_out) if res is not None else None
+        xn = res_out if res is not None else x
+        if norm == "rms":
+            return lambda: fusednorm.rmsnorm_bwd(xn, w, dy, rstd, dresidual_out=dres_out, has_bias=bias is not None,
+                                                 has_residual=res is not None, eps=eps)
+        return lambda: fusednorm.layernorm_bwd(xn, w, dy, rstd, mean, dresidual_out=dres_out,
+                                               has_bias=bias is not None, has_residual=res is not None, eps=eps)
+
+    out["fusednorm explicit"] = (None, make_explicit_bwd)
     return out
 
 
@@ -173,6 +196,8 @@ def run(args):
         res = torch.randn(M, N, device=device, dtype=dtype) if feature == "residual" else None
         for impl, (fwd, make_bwd) in implementations(norm, feature, x, w, bias, res).items():
             for pas in ("fwd", "bwd"):
+                if pas == "fwd" and fwd is None:  # a backward-only row
+                    continue
                 try:
                     ms = timer(fwd if pas == "fwd" else make_bwd())
                 except Exception as e:  # one failing peer (e.g. compile) must not end the run
