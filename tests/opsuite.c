@@ -219,9 +219,36 @@ void th_suite_nonfinite(fusednorm_backend be)
             }
 }
 
+/* The calls training makes, at the row lengths that fill a CUDA tile exactly
+ * (powers of two, 256..32768): the fast variants of the CUDA kernels (PLAIN,
+ * rows held in registers, several rows per CTA with their own barriers,
+ * clusters from 32768) run only for such calls, which the awkward shapes
+ * above never make. 33 rows: the last group of rows of a CTA is partly past
+ * the end. */
+void th_suite_training(fusednorm_backend be)
+{
+    static const int64_t cols[] = {256, 1024, 2048, 4096, 8192, 16384, 32768};
+    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
+        for (int d = 0; d < 3; d++)
+            for (int kind = 0; kind < 4; kind++) {
+                /* 0: RMSNorm; 1: LayerNorm with bias; 2: LayerNorm without
+                 * bias; 3: RMSNorm with the pre-norm residual stream */
+                const fusednorm_norm norm = kind == 1 || kind == 2 ? FUSEDNORM_LAYERNORM : FUSEDNORM_RMSNORM;
+                th_case c = th_case_default(norm, 33, cols[i], all_dtypes[d]);
+                c.store_rstd = 1;
+                c.store_mean = norm == FUSEDNORM_LAYERNORM;
+                c.bwd_stats_given = 1;
+                c.dweight_on = 1;
+                if (kind == 1) c.bias_on = c.dbias_on = 1;
+                if (kind == 3) c.residual_on = c.residual_out_on = c.dresidual_out_on = c.dresidual_on = 1;
+                run_on(c, be);
+            }
+}
+
 void th_suite_all(fusednorm_backend be)
 {
     th_suite_nonfinite(be);
+    th_suite_training(be);
     th_suite_features(be);
     th_suite_mixes(be);
     th_suite_shapes(be);

@@ -11,6 +11,7 @@ void th_suite_features(fusednorm_backend be); /* norms x feature sets x single d
 void th_suite_mixes(fusednorm_backend be);    /* dtype mixes (CUDA: design's required list) */
 void th_suite_shapes(fusednorm_backend be);   /* awkward shapes, rows == 0, big padding */
 void th_suite_nonfinite(fusednorm_backend be); /* NaN/Inf inputs propagate, other rows unaffected */
+void th_suite_training(fusednorm_backend be);  /* the usual training calls at row lengths that fill a tile */
 void th_suite_all(fusednorm_backend be);
 
 #endif
