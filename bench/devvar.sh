@@ -17,7 +17,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || { sed -n '2,16p' "$0"; exit 2; }
-root=$PWD
 limit=$((64 * 1024 * 1024))
 for ref in "$@"; do
   git rev-parse --verify --quiet "$ref^{commit}" >/dev/null || { echo "devvar: no such ref: $ref" >&2; exit 1; }
@@ -41,4 +40,3 @@ done
 bytes=$(du -cb .devvar | tail -1 | cut -f1)
 printf '.devvar: %d MiB (carry limit 64 MiB, with anything else carried)\n' $((bytes / 1024 / 1024))
 [ "$bytes" -le "$limit" ] || { echo "devvar: over the carry limit" >&2; exit 1; }
-cd "$root"
