@@ -337,13 +337,7 @@ __device__ __forceinline__ void unstage_vector(const uint4 *slot, int stride, in
 {
     if (sizeof(TX) == 4 || dt == FN_DT_F32) {
         #pragma unroll
-        for (int c = 0; c < VEC / 4; c++) {
-            const uint4 u = slot[c * stride];
-            out[4 * c + 0] = __uint_as_float(u.x);
-            out[4 * c + 1] = __uint_as_float(u.y);
-            out[4 * c + 2] = __uint_as_float(u.z);
-            out[4 * c + 3] = __uint_as_float(u.w);
-        }
+        for (int c = 0; c < VEC / 4; c++) unpack_raw<float, 4>(slot[c * stride], out + 4 * c);
     } else {
         const uint4 u = slot[0];
         unpack_raw<TX, VEC>(u, out);

@@ -193,21 +193,22 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
         const int cur = it % FN_STAGES;
         [[maybe_unused]] const uint4 *sx = stage + cur * per_stage + threadIdx.x;
         [[maybe_unused]] const uint4 *sy = sx + K * chx * nthr;
+        /* x and dy of staged vector k (zeros where the row or column is out of range). */
+        [[maybe_unused]] auto unstage = [&](int k, float (&x)[VEC], float (&dy)[VEC]) {
+            if (row_ok && col_ok[k]) {
+                unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, dtype_of<TX>::value, x);
+                unstage_vector<TX, VEC>(sy + k * chy * nthr, nthr, dtype_of<TX>::value, dy);
+            } else {
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) x[j] = dy[j] = 0.0f;
+            }
+        };
         if constexpr (PIPE) {
             issue(g + (FN_STAGES - 1) * nclusters, (it + FN_STAGES - 1) % FN_STAGES);
             cp_async_wait<FN_STAGES - 1>();
-            if constexpr (HOLD) {
+            if constexpr (HOLD)
                 #pragma unroll
-                for (int k = 0; k < K; k++) {
-                    if (row_ok && col_ok[k]) {
-                        unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, dtype_of<TX>::value, xr[k]);
-                        unstage_vector<TX, VEC>(sy + k * chy * nthr, nthr, dtype_of<TX>::value, dyr[k]);
-                    } else {
-                        #pragma unroll
-                        for (int j = 0; j < VEC; j++) xr[k][j] = dyr[k][j] = 0.0f;
-                    }
-                }
-            }
+                for (int k = 0; k < K; k++) unstage(k, xr[k], dyr[k]);
         } else {
             #pragma unroll
             for (int k = 0; k < K; k++) {
@@ -224,13 +225,7 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
         /* x and dy of vector k of this row (zeros where the row or column is out of range). */
         auto fetch = [&](int k, float (&x)[VEC], float (&dy)[VEC]) {
             if constexpr (PIPE && !HOLD) {
-                if (row_ok && col_ok[k]) {
-                    unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, dtype_of<TX>::value, x);
-                    unstage_vector<TX, VEC>(sy + k * chy * nthr, nthr, dtype_of<TX>::value, dy);
-                } else {
-                    #pragma unroll
-                    for (int j = 0; j < VEC; j++) x[j] = dy[j] = 0.0f;
-                }
+                unstage(k, x, dy);
             } else {
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) {
