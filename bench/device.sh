@@ -16,8 +16,7 @@ mkdir -p "$OUT"
 # Logs are written to $LOGS and packed into $OUT/logs.tgz after every stage, so
 # a call cut short at its time limit still brings back what ran.
 FINAL_OUT=$OUT
-OUT=/tmp/fusednorm-device-logs
-rm -rf "$OUT" && mkdir -p "$OUT"
+OUT=$(mktemp -d /tmp/fusednorm-device-logs.XXXXXX) # own directory: several runs may go side by side
 pack() { tar -C "$OUT" -czf "$FINAL_OUT/logs.tgz" . 2>/dev/null; cp "$OUT/summary.txt" "$FINAL_OUT/" 2>/dev/null; }
 BUILD=${BUILD:-build-dev}
 STAGES=${*:-build tests sanitize bench peers}
