@@ -28,9 +28,15 @@ namespace fn {
  * 512 threads; the PLAIN variants ask for one resident 512-thread CTA (up to
  * 128 registers), since under the bare bound ptxas squeezed some of them into
  * 64 registers with spills (ncu: local-memory traffic in the forward). */
-template <typename TX, int VEC, int EPT, int PLAIN>
+template <typename TX, int VEC, int EPT, int PLAIN, int TPR = 0>
 __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_fwd_rows_in_registers(const fn_fwd_params p)
 {
+    /* TPR > 0: threads per row known at compile time (PLAIN variants of the
+     * planner's usual shapes, see launch_plain): every shared-memory and
+     * global offset of a vector becomes an immediate, and the reductions'
+     * loops unroll. The CTA is then max(TPR, 256) threads (the planner's
+     * rule, checked by the launcher). */
+    static_assert(TPR == 0 || PLAIN, "TPR: PLAIN variants only");
     constexpr int K = EPT / VEC;
     static_assert(!PLAIN || (VEC > 1 && sizeof(TX) == 2), "PLAIN: staged 16-bit rows only");
     /* PLAIN (1, or 2 with a bias) is the launcher's promise for the common call
@@ -43,7 +49,7 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_fwd_rows_in_registers
     const bool has_w = PLAIN || p.w != nullptr, has_b = PLAIN == 2 || (!PLAIN && p.b != nullptr);
     __shared__ RowReduceSmem sm;
     int buf = 0;
-    const int tpr = p.tpr, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
+    const int tpr = TPR ? TPR : p.tpr, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
     const int C = p.cluster;
     const int64_t N = p.cols, groups = (p.rows + p.rows_per_block - 1) / p.rows_per_block;
     const int64_t slice = (int64_t)(C > 1 ? cluster_rank() : 0) * tpr * EPT;
@@ -55,7 +61,7 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_fwd_rows_in_registers
     uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
     /* x is of dtype TX: one 16-byte chunk per vector; the residual may be fp32. */
     constexpr int chx = VEC * (int)sizeof(TX) / 16;
-    const int nthr = blockDim.x, chr = has_res ? chunks_of<TX, VEC>(p.dt_res) : 0;
+    const int nthr = TPR ? (TPR > 256 ? TPR : 256) : (int)blockDim.x, chr = has_res ? chunks_of<TX, VEC>(p.dt_res) : 0;
     const int per_stage = K * (chx + chr) * nthr;
     const int rb = has_res ? dtype_bytes(p.dt_res) : 0;
     /* The stages' shared-memory address, converted once (cp.async takes it). */
@@ -297,6 +303,38 @@ static int fwd_is_plain(const fn_fwd_params &q, int ept)
     return q.b ? 2 : 1;
 }
 
+/* A PLAIN variant; with EPT 32 (the planner's choice for 16-bit rows from
+ * N = 1024 up) and a power-of-two tpr in a CTA of max(tpr, 256) threads, the
+ * one compiled for that tpr. */
+template <typename TX, int VEC, int EPT, int PLAIN>
+static cudaError_t launch_plain(const fn_fwd_params &q, int grid, int threads, size_t smem, cudaStream_t stream,
+                                int *active)
+{
+    if constexpr (EPT == 32) {
+        if (threads == (q.tpr > 256 ? q.tpr : 256)) {
+            switch (q.tpr) {
+            case 32:
+                return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, 32>, q, grid, threads, smem,
+                                       q.cluster, stream, active);
+            case 64:
+                return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, 64>, q, grid, threads, smem,
+                                       q.cluster, stream, active);
+            case 128:
+                return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, 128>, q, grid, threads, smem,
+                                       q.cluster, stream, active);
+            case 256:
+                return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, 256>, q, grid, threads, smem,
+                                       q.cluster, stream, active);
+            case 512:
+                return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, 512>, q, grid, threads, smem,
+                                       q.cluster, stream, active);
+            }
+        }
+    }
+    return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN>, q, grid, threads, smem, q.cluster, stream,
+                           active);
+}
+
 template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
@@ -321,12 +359,8 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
     if (q.wcache) smem += cache_bytes;
     if constexpr (VEC > 1 && sizeof(TX) == 2) {
         switch (fwd_is_plain(q, EPT)) {
-        case 1:
-            return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, 1>, q, grid, threads, smem, p.cluster,
-                                   stream, active);
-        case 2:
-            return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, 2>, q, grid, threads, smem, p.cluster,
-                                   stream, active);
+        case 1: return launch_plain<TX, VEC, EPT, 1>(q, grid, threads, smem, stream, active);
+        case 2: return launch_plain<TX, VEC, EPT, 2>(q, grid, threads, smem, stream, active);
         }
     }
     return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, 0>, q, grid, threads, smem, p.cluster, stream,
