@@ -82,9 +82,12 @@ __device__ __forceinline__ void write_partial_row(float (&acc)[EPT / VEC][VEC], 
  * a shared-memory fp32 cache (p.wcache), LayerNorm's extra terms and the
  * dbias accumulation are skipped when not asked for (uniform branches, the
  * row body specialized on LN), and the arithmetic is folded into FMAs. */
-template <typename TX, int VEC, int EPT, bool PIPE, int PLAIN> /* registers: see the forward's kernel */
+template <typename TX, int VEC, int EPT, bool PIPE, int PLAIN, int TPR = 0> /* registers: see the forward */
 __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers(const fn_bwd_params p)
 {
+    /* TPR > 0: tpr known at compile time, in a CTA of max(TPR, 256) threads
+     * (PLAIN only; see the forward's kernel and launch_plain below). */
+    static_assert(TPR == 0 || PLAIN, "TPR: PLAIN variants only");
     constexpr int K = EPT / VEC;
     static_assert(!PIPE || VEC > 1, "the pipeline moves 16-byte vectors");
     static_assert(!PLAIN || PIPE, "PLAIN: staged rows only");
@@ -104,7 +107,8 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
     extern __shared__ __align__(16) unsigned char dyn_smem[];
     float *subrow_partials = reinterpret_cast<float *>(dyn_smem);
     int buf = 0;
-    const int tpr = p.tpr, rpb = p.rows_per_block, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
+    const int tpr = TPR ? TPR : p.tpr, rpb = TPR ? (TPR >= 256 ? 1 : 256 / TPR) : p.rows_per_block;
+    const int sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
     const int C = p.cluster;
     const int64_t nclusters = gridDim.x / C, cid = blockIdx.x / C;
     const int64_t N = p.cols, groups = (p.rows + rpb - 1) / rpb;
@@ -133,7 +137,7 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
     /* The pipeline runs only where x and dy are of dtype TX (the launcher
      * sends other mixes to PIPE = false): one 16-byte chunk per vector each. */
     constexpr int chx = PIPE ? VEC * (int)sizeof(TX) / 16 : 0, chy = chx;
-    const int nthr = blockDim.x;
+    const int nthr = TPR ? (TPR > 256 ? TPR : 256) : (int)blockDim.x;
     const int per_stage = K * (chx + chy) * nthr; /* uint4 per stage */
     /* Shared-memory addresses for cp.async, converted once. */
     [[maybe_unused]] const unsigned stage_s = smem_addr(stage);
@@ -557,6 +561,35 @@ static int bwd_is_plain(const fn_bwd_params &q, int ept)
     return q.db ? 2 : 1;
 }
 
+/* A PLAIN variant (pipelined); with EPT 16 (the planner's choice for 16-bit
+ * rows from N = 1024 up) and tpr in {64, 128, 256, 512} in a CTA of
+ * max(tpr, 256) threads, the one compiled for that tpr. */
+template <typename TX, int VEC, int EPT, int PLAIN>
+static cudaError_t launch_plain(const fn_bwd_params &q, int grid, int threads, size_t smem, cudaStream_t stream,
+                                int *active)
+{
+    if constexpr (EPT == 16 && sizeof(TX) == 2) {
+        if (threads == (q.tpr > 256 ? q.tpr : 256) && q.rows_per_block == threads / q.tpr) {
+            switch (q.tpr) {
+            case 64:
+                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 64>, q, grid, threads,
+                                       smem, q.cluster, stream, active);
+            case 128:
+                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 128>, q, grid, threads,
+                                       smem, q.cluster, stream, active);
+            case 256:
+                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 256>, q, grid, threads,
+                                       smem, q.cluster, stream, active);
+            case 512:
+                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 512>, q, grid, threads,
+                                       smem, q.cluster, stream, active);
+            }
+        }
+    }
+    return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN>, q, grid, threads, smem, q.cluster,
+                           stream, active);
+}
+
 template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
@@ -580,12 +613,8 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     if constexpr (VEC > 1)
         if (pipe) {
             switch (bwd_is_plain(q, EPT)) {
-            case 1:
-                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 1>, q, grid, threads, smem,
-                                       p.cluster, stream, active);
-            case 2:
-                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 2>, q, grid, threads, smem,
-                                       p.cluster, stream, active);
+            case 1: return launch_plain<TX, VEC, EPT, 1>(q, grid, threads, smem, stream, active);
+            case 2: return launch_plain<TX, VEC, EPT, 2>(q, grid, threads, smem, stream, active);
             }
             return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 0>, q, grid, threads, smem,
                                    p.cluster, stream, active);
