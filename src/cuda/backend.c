@@ -172,7 +172,11 @@ static int occ_variant(int is_bwd, const void *params, const fn_plan *pl)
                           (int64_t)pl->cluster * pl->tpr * pl->ept;
     if (is_bwd) {
         const fn_bwd_params *b = (const fn_bwd_params *)params;
-        return (b->w != NULL) | (b->db != NULL) << 1 | (b->dres_out != NULL) << 2 | (b->dres != NULL) << 3 | exact << 4;
+        /* dresidual_out and dresidual of the activation dtype: the residual
+         * variant that stages dresidual_out (bwd_is_plain_residual) */
+        const int res_same = b->dt_dres_out == b->dt_dx && b->dt_dres == b->dt_dx;
+        return (b->w != NULL) | (b->db != NULL) << 1 | (b->dres_out != NULL) << 2 | (b->dres != NULL) << 3 | exact << 4 |
+               res_same << 5;
     }
     const fn_fwd_params *f = (const fn_fwd_params *)params;
     return (f->w != NULL) | (f->b != NULL) << 1 | (f->res_out != NULL) << 2 | (f->dt_y == f->dt_x) << 3 | exact << 4;

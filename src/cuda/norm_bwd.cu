@@ -94,8 +94,13 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
     /* PLAIN (1, or 2 with dbias) is the launcher's promise for the common call
      * (bwd_is_plain): the row fills the tile exactly, the weight is in the
      * cache, no dresidual_out, no dresidual. Those branches then fold at
-     * compile time. PLAIN = 0 is the general kernel. */
-    const bool has_dres_out = !PLAIN && p.dres_out != nullptr, has_dres = !PLAIN && p.dres != nullptr;
+     * compile time. PLAIN = 3 is the pre-norm residual's call (RES): the same
+     * with dresidual_out staged as a third input and dresidual written, both
+     * of dtype TX, and no dbias (bwd_is_plain_residual). PLAIN = 0 is the
+     * general kernel. */
+    constexpr bool RES = PLAIN == 3;
+    const bool has_dres_out = RES || (!PLAIN && p.dres_out != nullptr);
+    const bool has_dres = RES || (!PLAIN && p.dres != nullptr);
     /* HOLD: the staged x and dy are unpacked into registers once per row and
      * both passes read them there (the PLAIN variants, whose registers allow
      * it: bf16 at EPT 16 takes 120, 128 with dbias, without spills). */
@@ -136,9 +141,9 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
     uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
     /* The pipeline runs only where x and dy are of dtype TX (the launcher
      * sends other mixes to PIPE = false): one 16-byte chunk per vector each. */
-    constexpr int chx = PIPE ? VEC * (int)sizeof(TX) / 16 : 0, chy = chx;
+    constexpr int chx = PIPE ? VEC * (int)sizeof(TX) / 16 : 0, chy = chx, chr = RES ? chx : 0;
     const int nthr = TPR ? (TPR > 256 ? TPR : 256) : (int)blockDim.x;
-    const int per_stage = K * (chx + chy) * nthr; /* uint4 per stage */
+    const int per_stage = K * (chx + chy + chr) * nthr; /* uint4 per stage */
     /* Shared-memory addresses for cp.async, converted once. */
     [[maybe_unused]] const unsigned stage_s = smem_addr(stage);
     /* After the stages: each thread's copy of its row's (rstd, mean) per stage,
@@ -162,6 +167,12 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
                 if (!col_ok[k]) continue;
                 cp_async16_s(sx + (unsigned)(k * nthr) * 16u, xrow + k * tpr * VEC);
                 cp_async16_s(sy + (unsigned)(k * nthr) * 16u, dyrow + k * tpr * VEC);
+            }
+            if constexpr (RES) {
+                const unsigned sr = sy + (unsigned)(K * chy * nthr) * 16u;
+                const TX *rrow = (const TX *)p.dres_out + row * p.sdres_out + slice + lane * VEC;
+                #pragma unroll
+                for (int k = 0; k < K; k++) cp_async16_s(sr + (unsigned)(k * nthr) * 16u, rrow + k * tpr * VEC);
             }
         }
         cp_async_commit();
@@ -197,6 +208,7 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
         const int cur = it % FN_STAGES;
         [[maybe_unused]] const uint4 *sx = stage + cur * per_stage + threadIdx.x;
         [[maybe_unused]] const uint4 *sy = sx + K * chx * nthr;
+        [[maybe_unused]] const uint4 *sr = sy + K * chy * nthr; /* RES: dresidual_out */
         /* x and dy of staged vector k (zeros where the row or column is out of range). */
         [[maybe_unused]] auto unstage = [&](int k, float (&x)[VEC], float (&dy)[VEC]) {
             if (row_ok && col_ok[k]) {
@@ -303,7 +315,8 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
             float x[VEC], dy[VEC], w[VEC], dres[VEC], dx[VEC];
             fetch(k, x, dy);
             weight_of(k, w);
-            if (has_dres_out) load_dyn<TX, VEC>(p.dres_out, p.dt_dres_out, row * p.sdres_out + col, dres);
+            if constexpr (RES) unstage_vector<TX, VEC>(sr + k * chr * nthr, nthr, dtype_of<TX>::value, dres);
+            else if (has_dres_out) load_dyn<TX, VEC>(p.dres_out, p.dt_dres_out, row * p.sdres_out + col, dres);
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
                 const float xh = xhat(x[j]);
@@ -316,7 +329,8 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) db[k][j] += dy[j];
             store_vec<TX, VEC>((TX *)p.dx, row * p.sdx + col, dx);
-            if (has_dres) store_dyn<TX, VEC>(p.dres, p.dt_dres, row * p.sdres + col, dx);
+            if constexpr (RES) store_vec<TX, VEC>((TX *)p.dres, row * p.sdres + col, dx);
+            else if (has_dres) store_dyn<TX, VEC>(p.dres, p.dt_dres, row * p.sdres + col, dx);
         }
     };
 
@@ -543,10 +557,11 @@ __global__ void __launch_bounds__(FN_COLUMNS_THREADS, sizeof(TX) == 2 ? 3 : 4) n
 
 /* ---- launchers ------------------------------------------------------------ */
 
-/* FN_STAGES stages of x and dy, 16-byte chunks per thread (see the kernel). */
-template <typename TX, int VEC, int EPT> static size_t bwd_stage_bytes(int threads)
+/* FN_STAGES stages of x and dy (and dresidual_out: inputs = 3), 16-byte
+ * chunks per thread (see the kernel). */
+template <typename TX, int VEC, int EPT> static size_t bwd_stage_bytes(int threads, int inputs)
 {
-    return FN_STAGES * (size_t)(EPT / VEC) * 2 * threads * 16;
+    return FN_STAGES * (size_t)(EPT / VEC) * inputs * threads * 16;
 }
 
 /* The common call, for which the kernel drops its feature branches (PLAIN):
@@ -590,6 +605,15 @@ static cudaError_t launch_plain(const fn_bwd_params &q, int grid, int threads, s
                            stream, active);
 }
 
+/* The pre-norm residual's backward (PLAIN = 3): dresidual_out in, dresidual
+ * out, both of the activation dtype, with the weight, no dbias, a row that
+ * fills the tile; the weight cache is checked by the caller. */
+static bool bwd_is_plain_residual(const fn_bwd_params &q, int ept, int dt)
+{
+    return q.w && !q.db && q.dres_out && q.dres && q.dt_x == dt && q.dt_dy == dt && q.dt_dres_out == dt &&
+           q.dt_dres == dt && q.cols == (int64_t)q.cluster * q.tpr * ept;
+}
+
 template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
@@ -597,7 +621,9 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     /* Staged only where x and dy are of the activation dtype (the kernel's
      * pipeline is specialized on it); other mixes load straight into registers. */
     const bool same_dtypes = p.dt_x == dtype_of<TX>::value && p.dt_dy == dtype_of<TX>::value;
-    size_t stage_bytes = VEC > 1 && same_dtypes ? bwd_stage_bytes<TX, VEC, EPT>(threads) : 0;
+    /* The pre-norm residual's call stages dresidual_out as well (PLAIN = 3). */
+    const bool res_plain = VEC > 1 && bwd_is_plain_residual(p, EPT, dtype_of<TX>::value);
+    size_t stage_bytes = VEC > 1 && same_dtypes ? bwd_stage_bytes<TX, VEC, EPT>(threads, res_plain ? 3 : 2) : 0;
     const size_t stat_bytes = FN_STAGES * (size_t)threads * 8; /* the per-stage (rstd, mean) slots */
     const bool pipe = stage_bytes > 0 && stage_bytes <= FN_MAX_STAGE_BYTES && /* see the forward's launcher */
                       stage_bytes + stat_bytes <= (size_t)p.smem_max;
@@ -612,6 +638,9 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     if (q.wcache) smem += cache_bytes;
     if constexpr (VEC > 1)
         if (pipe) {
+            if (res_plain && q.wcache)
+                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 3>, q, grid, threads, smem,
+                                       p.cluster, stream, active);
             switch (bwd_is_plain(q, EPT)) {
             case 1: return launch_plain<TX, VEC, EPT, 1>(q, grid, threads, smem, stream, active);
             case 2: return launch_plain<TX, VEC, EPT, 2>(q, grid, threads, smem, stream, active);
