@@ -38,7 +38,7 @@ int fn_plan_ept_allowed(int is_bwd, int vec, int ept)
 {
     if (ept < vec) return 0;
     if (vec == 1) return is_bwd ? (ept == 4 || ept == 8) : (ept == 4 || ept == 8 || ept == 16);
-    return is_bwd ? (ept == 4 || ept == 8 || ept == 16) : (ept == 4 || ept == 8 || ept == 16 || ept == 32);
+    return ept == 4 || ept == 8 || ept == 16 || (ept == 32 && (!is_bwd || vec == 8));
 }
 
 static double log2i(int v) { return log((double)v) / log(2.0); }
@@ -61,6 +61,8 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {
         for (int ept = 4; ept <= 32; ept *= 2) {
             if (!fn_plan_ept_allowed(pb->is_bwd, vec, ept)) continue;
+            const int wide = pb->is_bwd && ept == 32; /* see below */
+            if (wide && (!pb->wide_bwd || cluster > 4)) continue;
             /* Powers of two below a warp (the shuffle reduction needs aligned
              * groups), then any whole number of warps up to 512. */
             for (int tpr = 1; tpr <= 512; tpr = tpr < 32 ? tpr * 2 : tpr + 32) {
@@ -71,6 +73,12 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
                 cost += 0.15 * log2i(cluster);
                 if (tpr == 512) cost += 0.05;
                 if (ept == max_ept) cost += 0.03;
+                /* The backward's 32-element tile holds x and dy packed and
+                 * unpacks them on each pass: taken where it saves a cluster
+                 * (N = 16384 bf16 in one CTA instead of a cluster of 2), not
+                 * where 16 elements fill the row (0.10 < 0.15). Clusters of
+                 * more than 4 of them were never measured: left out. */
+                if (wide) cost += 0.10;
                 if (ept == 4 && vec < 4) cost += 0.01;
                 const int bytes = ept * pb->x_bytes, target = pb->is_bwd ? 32 : 64;
                 if (bytes < target) cost += 0.04 * log2i(target / bytes);

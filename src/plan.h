@@ -29,6 +29,8 @@ typedef struct fn_plan_problem {
     int vec_ok;           /* every pointer/stride allows VEC-wide 16-byte access and cols % VEC == 0 */
     int cc_major;         /* device compute capability */
     int max_cluster;      /* largest cluster the device launches (1 without cluster support) */
+    int wide_bwd;         /* backward: the 32-element tile is launchable (16-bit x and dy of the activation
+                           * dtype, staged: the backend checks shared memory); 0 leaves it out */
 } fn_plan_problem;
 
 typedef struct fn_plan {
@@ -44,7 +46,8 @@ typedef struct fn_plan {
 /* Rows this long without vector access take the two-pass path (plan.c). */
 #define FN_PLAN_SCALAR_TWO_PASS_COLS 1024
 
-/* The element-per-thread values the kernels are instantiated for. */
+/* The element-per-thread values the kernels are instantiated for (the
+ * backward's 32 only for 16-bit rows with vector access; see wide_bwd). */
 int fn_plan_ept_allowed(int is_bwd, int vec, int ept);
 
 /* Threads per CTA of the two-pass kernels (one row per CTA) for this row. */

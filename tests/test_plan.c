@@ -17,18 +17,22 @@
 
 #include <stdio.h>
 
-static int64_t max_coverage(int is_bwd, int vec, int cc_major)
+static int64_t max_coverage(int is_bwd, int vec, int cc_major, int wide)
 {
+    if (is_bwd && vec == 8 && wide) /* the wide tile, in clusters of at most 4 */
+        return (int64_t)(cc_major >= 9 ? 4 : 1) * 512 * 32 > (int64_t)(cc_major >= 9 ? 8 : 1) * 512 * 16
+                   ? (int64_t)(cc_major >= 9 ? 4 : 1) * 512 * 32
+                   : (int64_t)(cc_major >= 9 ? 8 : 1) * 512 * 16;
     const int max_ept = is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
     return (int64_t)(cc_major >= 9 ? 8 : 1) * 512 * max_ept;
 }
 
-static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc)
+static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc, int wide)
 {
-    fn_plan_problem pb = {is_bwd, cols, x_bytes, vec_ok, cc, 16};
+    fn_plan_problem pb = {is_bwd, cols, x_bytes, vec_ok, cc, 16, wide};
     fn_plan p = fn_plan_make(&pb);
-    snprintf(th_context, sizeof th_context, "plan %s cols %lld x_bytes %d vec_ok %d sm_%d0", is_bwd ? "bwd" : "fwd",
-             (long long)cols, x_bytes, vec_ok, cc);
+    snprintf(th_context, sizeof th_context, "plan %s cols %lld x_bytes %d vec_ok %d sm_%d0 wide %d",
+             is_bwd ? "bwd" : "fwd", (long long)cols, x_bytes, vec_ok, cc, wide);
     const int vec = vec_ok ? 16 / x_bytes : 1;
     ASSERT_EQ_INT(p.vec, vec);
     if (!vec_ok && cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
@@ -41,9 +45,13 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc)
         ASSERT_TRUE(p.threads >= 32 && p.threads <= 512 && p.threads % 32 == 0);
         ASSERT_TRUE(p.cluster >= 1 && p.cluster <= (cc >= 9 ? 8 : 1));
         ASSERT_TRUE(p.tpr * p.ept >= vec);
+        if (is_bwd && p.ept == 32) { /* the wide tile: only when launchable, clusters of 4 at most */
+            ASSERT_TRUE(wide && vec == 8);
+            ASSERT_TRUE(p.cluster <= 4);
+        }
     } else {
         ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
-        ASSERT_TRUE(cols > max_coverage(is_bwd, vec, cc) || (!vec_ok && cols >= FN_PLAN_SCALAR_TWO_PASS_COLS));
+        ASSERT_TRUE(cols > max_coverage(is_bwd, vec, cc, wide) || (!vec_ok && cols >= FN_PLAN_SCALAR_TWO_PASS_COLS));
         ASSERT_EQ_INT(p.threads, fn_plan_two_pass_threads(cols, x_bytes));
         ASSERT_TRUE(p.threads >= 128 && p.threads <= 512 && p.threads % 32 == 0);
         ASSERT_EQ_INT(p.tpr, p.threads);
@@ -58,19 +66,23 @@ int main(void)
     for (int is_bwd = 0; is_bwd < 2; is_bwd++)
         for (int x_bytes = 2; x_bytes <= 4; x_bytes += 2)
             for (int cc = 8; cc <= 9; cc++)
-                for (int vec_ok = 0; vec_ok < 2; vec_ok++) {
-                    for (int64_t cols = 1; cols <= 20000; cols += cols < 600 ? 1 : 37) check_one(is_bwd, cols, x_bytes, vec_ok, cc);
-                    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
-                        check_one(is_bwd, extra[i], x_bytes, vec_ok, cc);
-                }
+                for (int vec_ok = 0; vec_ok < 2; vec_ok++)
+                    for (int wide = 0; wide < 2; wide++) {
+                        for (int64_t cols = 1; cols <= 20000; cols += cols < 600 ? 1 : 37)
+                            check_one(is_bwd, cols, x_bytes, vec_ok, cc, wide);
+                        for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+                            check_one(is_bwd, extra[i], x_bytes, vec_ok, cc, wide);
+                    }
 
-    /* The shapes of docs/perf.md (bf16, 16-byte vectors, sm_90). */
+    /* The shapes of docs/perf.md (bf16, 16-byte vectors, sm_90; the
+     * backward's wide tile launchable, as on the H200). */
     struct { int is_bwd; int64_t cols; int ept, tpr, cluster; } pinned[] = {
-        {0, 256, 32, 8, 1},   {0, 4096, 32, 128, 1}, {0, 131072, 32, 512, 8},
-        {1, 1024, 16, 64, 1}, {1, 4096, 16, 256, 1}, {1, 65536, 16, 512, 8},
+        {0, 256, 32, 8, 1},    {0, 4096, 32, 128, 1},  {0, 131072, 32, 512, 8},
+        {1, 1024, 16, 64, 1},  {1, 4096, 16, 256, 1},  {1, 8192, 16, 512, 1},
+        {1, 16384, 32, 512, 1}, {1, 32768, 32, 512, 2}, {1, 65536, 32, 512, 4},
     };
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
-        fn_plan_problem pb = {pinned[i].is_bwd, pinned[i].cols, 2, 1, 9, 16};
+        fn_plan_problem pb = {pinned[i].is_bwd, pinned[i].cols, 2, 1, 9, 16, 1};
         fn_plan p = fn_plan_make(&pb);
         snprintf(th_context, sizeof th_context, "pinned %s cols %lld", pinned[i].is_bwd ? "bwd" : "fwd",
                  (long long)pinned[i].cols);
@@ -83,17 +95,17 @@ int main(void)
      * of 16), with 512 threads, and so does the backward past a cluster of 8
      * (the backend makes it a column split); a short row without vectors gets
      * a small CTA. */
-    fn_plan_problem fwd_huge = {0, 262144, 2, 1, 9, 16};
+    fn_plan_problem fwd_huge = {0, 262144, 2, 1, 9, 16, 0};
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).threads, 512);
-    fn_plan_problem bwd_large = {1, 131072, 2, 1, 9, 16};
+    fn_plan_problem bwd_large = {1, 131072, 2, 1, 9, 16, 1};
     ASSERT_EQ_INT(fn_plan_make(&bwd_large).path, FN_PATH_TWO_PASS);
-    fn_plan_problem odd = {1, 4097, 2, 0, 9, 16};
+    fn_plan_problem odd = {1, 4097, 2, 0, 9, 16, 1};
     ASSERT_EQ_INT(fn_plan_make(&odd).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&odd).threads, 160);
     /* The backend's fallbacks turn a register plan into the planner's own
      * two-pass plan, keeping its vector width. */
-    fn_plan_problem reg = {1, 4096, 2, 1, 9, 16};
+    fn_plan_problem reg = {1, 4096, 2, 1, 9, 16, 1};
     fn_plan fb = fn_plan_make(&reg);
     ASSERT_EQ_INT(fb.path, FN_PATH_ROWS_IN_REGISTERS);
     fn_plan_use_two_pass(&fb, 4096, 2);
@@ -118,8 +130,12 @@ int main(void)
                 ASSERT_TRUE(cs.groups * cs.per_group >= cs_rows[i]);
                 ASSERT_TRUE((cs.groups - 1) * cs.per_group < cs_rows[i]);
             }
+    /* Without the wide tile, 16384 takes a cluster of 2. */
+    fn_plan_problem narrow = {1, 16384, 2, 1, 9, 16, 0};
+    ASSERT_EQ_INT(fn_plan_make(&narrow).ept, 16);
+    ASSERT_EQ_INT(fn_plan_make(&narrow).cluster, 2);
     /* Without clusters (sm_80) the register path ends at one CTA's coverage. */
-    fn_plan_problem big = {1, 8193, 2, 1, 8, 1};
+    fn_plan_problem big = {1, 8193, 2, 1, 8, 1, 0};
     ASSERT_EQ_INT(fn_plan_make(&big).path, FN_PATH_TWO_PASS);
     return th_finish();
 }

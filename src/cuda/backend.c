@@ -470,7 +470,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     const int vec_ok = a->cols % vec == 0 && tensor_vec_ok(&a->dy) && tensor_vec_ok(&a->x) &&
                        tensor_vec_ok(&a->dresidual_out) && tensor_vec_ok(&a->dx) && tensor_vec_ok(&a->dresidual) &&
                        vector_vec_ok(a->weight.data);
-    fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok, df.cc_major, 16};
+    fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok, df.cc_major, 16, fn_bwd_wide_fits(p)};
     st->plan = fn_plan_make(&pb);
     plan_override("FUSEDNORM_PLAN_BWD", 1, a->cols, x_bytes, &st->plan);
     fn_plan *pl = &st->plan;

@@ -65,6 +65,10 @@ int fn_launch_dweight_finalize(const fn_bwd_params *p, void *stream);
 int fn_max_active_fwd_rows(const fn_fwd_params *p, int vec, int ept, int threads, int *count);
 int fn_max_active_bwd_rows(const fn_bwd_params *p, int vec, int ept, int threads, int *count);
 int fn_max_active_bwd_two_pass(const fn_bwd_params *p, int threads, int *count);
+/* Whether the backward's 32-element tile can run this call (the planner's
+ * wide_bwd): 16-bit dx with x and dy of the same dtype, and its pipeline
+ * stages for 512 threads within p->smem_max. p needs dtypes and smem_max. */
+int fn_bwd_wide_fits(const fn_bwd_params *p);
 /* Column split backward, pass 2: dx and the dweight/dbias partial rows from
  * p->row_stats; a grid of col_chunks x row_groups CTAs of FN_COLUMNS_THREADS. */
 enum { FN_COLUMNS_THREADS = 256 };

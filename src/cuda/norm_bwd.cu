@@ -28,6 +28,10 @@
 #include "common.cuh"
 #include "launch.cuh"
 
+#ifndef FN_BWD_RAW /* the 32-element tile's way of holding x and dy: see HOLD below */
+#define FN_BWD_RAW 0
+#endif
+
 namespace fn {
 
 template <int VEC, int EPT>
@@ -71,6 +75,29 @@ __device__ __forceinline__ void write_partial_row(float (&acc)[EPT / VEC][VEC], 
     }
 }
 
+/* unpack_raw, made opaque to the compiler (volatile asm) so that the second
+ * pass over a RAW row unpacks again instead of keeping the first pass's fp32
+ * values alive, which would undo RAW's register saving. */
+template <typename TX> __device__ __forceinline__ void unpack_raw_each_time(const uint4 &raw, float (&out)[8])
+{
+    const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        unsigned lo, hi;
+        if constexpr (std::is_same<TX, __nv_bfloat16>::value) {
+            asm volatile("shl.b32 %0, %2, 16;\n\tand.b32 %1, %2, 0xffff0000;" : "=r"(lo), "=r"(hi) : "r"(w[j]));
+            out[2 * j] = __uint_as_float(lo);
+            out[2 * j + 1] = __uint_as_float(hi);
+        } else {
+            float a, b;
+            asm volatile("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;}"
+                         : "=f"(a), "=f"(b) : "r"(w[j]));
+            out[2 * j] = a;
+            out[2 * j + 1] = b;
+        }
+    }
+}
+
 /* PIPE (16-byte vectors, stages within FN_MAX_STAGE_BYTES): the next row
  * groups' x and dy stream into shared memory (cp.async) while this one is
  * reduced and written, and each pass over the row reads its x and dy back
@@ -103,8 +130,14 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
     const bool has_dres = RES || (!PLAIN && p.dres != nullptr);
     /* HOLD: the staged x and dy are unpacked into registers once per row and
      * both passes read them there (the PLAIN variants, whose registers allow
-     * it: bf16 at EPT 16 takes 120, 128 with dbias, without spills). */
-    constexpr bool HOLD = PIPE && PLAIN >= 1;
+     * it: bf16 at EPT 16 takes 120, 128 with dbias, without spills). As fp32
+     * the 32-element tile's x and dy would take 64 registers: it reads them
+     * back from the stage on each pass, or with FN_BWD_RAW holds them packed
+     * (32 registers) and unpacks them on each pass (126 registers, 68 bytes
+     * of spills with dbias; an experiment, see docs/perf.md). */
+    constexpr bool RAW = FN_BWD_RAW && PIPE && PLAIN >= 1 && EPT > 16;
+    constexpr bool HOLD = PIPE && PLAIN >= 1 && EPT <= 16;
+    static_assert(!RAW || sizeof(TX) == 2, "RAW: 16-bit rows only");
     __shared__ RowReduceSmem sm;
     /* Dynamic shared memory: the pipeline stages during the row loop, then
      * [rows_per_block][tpr*EPT] fp32 partials when rows_per_block > 1; the
@@ -205,6 +238,7 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
         /* x and dy held in registers for the whole row: loaded there without
          * the pipeline; with it, unstaged once (HOLD) instead of once per pass. */
         [[maybe_unused]] float xr[PIPE && !HOLD ? 1 : K][VEC], dyr[PIPE && !HOLD ? 1 : K][VEC];
+        [[maybe_unused]] uint4 xraw[RAW ? K : 1], dyraw[RAW ? K : 1];
         const int cur = it % FN_STAGES;
         [[maybe_unused]] const uint4 *sx = stage + cur * per_stage + threadIdx.x;
         [[maybe_unused]] const uint4 *sy = sx + K * chx * nthr;
@@ -222,9 +256,16 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
         if constexpr (PIPE) {
             issue(g + (FN_STAGES - 1) * nclusters, (it + FN_STAGES - 1) % FN_STAGES);
             cp_async_wait<FN_STAGES - 1>();
-            if constexpr (HOLD)
+            if constexpr (HOLD) {
                 #pragma unroll
                 for (int k = 0; k < K; k++) unstage(k, xr[k], dyr[k]);
+            } else if constexpr (RAW) { /* PLAIN: every column in range; a row past the end reads as zeros */
+                #pragma unroll
+                for (int k = 0; k < K; k++) {
+                    xraw[k] = row_ok ? sx[k * chx * nthr] : make_uint4(0, 0, 0, 0);
+                    dyraw[k] = row_ok ? sy[k * chy * nthr] : make_uint4(0, 0, 0, 0);
+                }
+            }
         } else {
             #pragma unroll
             for (int k = 0; k < K; k++) {
@@ -240,7 +281,10 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
         }
         /* x and dy of vector k of this row (zeros where the row or column is out of range). */
         auto fetch = [&](int k, float (&x)[VEC], float (&dy)[VEC]) {
-            if constexpr (PIPE && !HOLD) {
+            if constexpr (RAW) {
+                unpack_raw_each_time<TX>(xraw[k], x);
+                unpack_raw_each_time<TX>(dyraw[k], dy);
+            } else if constexpr (PIPE && !HOLD) {
                 unstage(k, x, dy);
             } else {
                 #pragma unroll
@@ -578,23 +622,30 @@ static int bwd_is_plain(const fn_bwd_params &q, int ept)
 
 /* A PLAIN variant (pipelined); with EPT 16 (the planner's choice for 16-bit
  * rows from N = 1024 up) and tpr in {64, 128, 256, 512} in a CTA of
- * max(tpr, 256) threads, the one compiled for that tpr. */
+ * max(tpr, 256) threads, or EPT 32 (from N = 8193) and tpr 512 (N = 16384,
+ * and 32768 and 65536 in clusters), the one compiled for that tpr. */
 template <typename TX, int VEC, int EPT, int PLAIN>
 static cudaError_t launch_plain(const fn_bwd_params &q, int grid, int threads, size_t smem, cudaStream_t stream,
                                 int *active)
 {
-    if constexpr (EPT == 16 && sizeof(TX) == 2) {
+    if constexpr ((EPT == 16 || EPT == 32) && sizeof(TX) == 2) {
         if (threads == (q.tpr > 256 ? q.tpr : 256) && q.rows_per_block == threads / q.tpr) {
             switch (q.tpr) {
             case 64:
-                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 64>, q, grid, threads,
-                                       smem, q.cluster, stream, active);
+                if constexpr (EPT == 16)
+                    return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 64>, q, grid,
+                                           threads, smem, q.cluster, stream, active);
+                break;
             case 128:
-                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 128>, q, grid, threads,
-                                       smem, q.cluster, stream, active);
+                if constexpr (EPT == 16)
+                    return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 128>, q, grid,
+                                           threads, smem, q.cluster, stream, active);
+                break;
             case 256:
-                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 256>, q, grid, threads,
-                                       smem, q.cluster, stream, active);
+                if constexpr (EPT == 16)
+                    return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 256>, q, grid,
+                                           threads, smem, q.cluster, stream, active);
+                break;
             case 512:
                 return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 512>, q, grid, threads,
                                        smem, q.cluster, stream, active);
@@ -621,18 +672,26 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     /* Staged only where x and dy are of the activation dtype (the kernel's
      * pipeline is specialized on it); other mixes load straight into registers. */
     const bool same_dtypes = p.dt_x == dtype_of<TX>::value && p.dt_dy == dtype_of<TX>::value;
-    /* The pre-norm residual's call stages dresidual_out as well (PLAIN = 3). */
-    const bool res_plain = VEC > 1 && bwd_is_plain_residual(p, EPT, dtype_of<TX>::value);
+    const size_t stat_bytes = FN_STAGES * (size_t)threads * 8; /* the per-stage (rstd, mean) slots (fn_bwd_wide_fits) */
+    /* The 32-element tile is staged past FN_MAX_STAGE_BYTES (128 KiB at 512
+     * threads): its registers keep one CTA per SM resident anyway. The
+     * backend plans it only where x's and dy's stages fit (fn_bwd_wide_fits). */
+    const size_t stage_cap = EPT > 16 ? (size_t)p.smem_max : FN_MAX_STAGE_BYTES;
+    const size_t cache_bytes = p.w ? (size_t)p.tpr * EPT * sizeof(float) : 0;
+    /* The pre-norm residual's call stages dresidual_out as well (PLAIN = 3)
+     * where the three inputs' stages fit beside the weight cache. */
+    const size_t res_stage_bytes = bwd_stage_bytes<TX, VEC, EPT>(threads, 3);
+    const bool res_plain = VEC > 1 && bwd_is_plain_residual(p, EPT, dtype_of<TX>::value) &&
+                           res_stage_bytes <= stage_cap &&
+                           res_stage_bytes + stat_bytes + cache_bytes <= (size_t)p.smem_max;
     size_t stage_bytes = VEC > 1 && same_dtypes ? bwd_stage_bytes<TX, VEC, EPT>(threads, res_plain ? 3 : 2) : 0;
-    const size_t stat_bytes = FN_STAGES * (size_t)threads * 8; /* the per-stage (rstd, mean) slots */
-    const bool pipe = stage_bytes > 0 && stage_bytes <= FN_MAX_STAGE_BYTES && /* see the forward's launcher */
+    const bool pipe = stage_bytes > 0 && stage_bytes <= stage_cap && /* see the forward's launcher */
                       stage_bytes + stat_bytes <= (size_t)p.smem_max;
     if (!pipe) stage_bytes = 0;
     else stage_bytes += stat_bytes;
     size_t smem = partial_bytes > stage_bytes ? partial_bytes : stage_bytes;
     /* The weight cache after the stages: the CTA's tpr*EPT columns in fp32. */
     fn_bwd_params q = p;
-    const size_t cache_bytes = p.w ? (size_t)p.tpr * EPT * sizeof(float) : 0;
     q.wcache = cache_bytes > 0 && smem + cache_bytes <= (size_t)p.smem_max;
     q.wcache_off = (int)smem;
     if (q.wcache) smem += cache_bytes;
@@ -648,12 +707,17 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
             return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 0>, q, grid, threads, smem,
                                    p.cluster, stream, active);
         }
-    return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, false, 0>, q, grid, threads, smem, p.cluster,
-                           stream, active);
+    if constexpr (EPT > 16) {
+        return cudaErrorInvalidConfiguration; /* never planned unstaged: it would spill (fn_bwd_wide_fits) */
+    } else {
+        return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, false, 0>, q, grid, threads, smem,
+                               p.cluster, stream, active);
+    }
 }
 
-/* EPT instantiated (the planner's list): 4 (scalar and fp32 only), 8, and 16
- * for vector loads only (one element at a time, 16 would spill). */
+/* EPT instantiated (the planner's list): 4 (scalar and fp32 only), 8, 16 for
+ * vector loads only (one element at a time, 16 would spill), and 32 for
+ * 16-bit vectors, staged only (fn_bwd_wide_fits). */
 template <typename TX, int VEC>
 static cudaError_t dispatch_ept(const fn_bwd_params &p, int ept, int grid, int threads, cudaStream_t s, int *active)
 {
@@ -661,6 +725,7 @@ static cudaError_t dispatch_ept(const fn_bwd_params &p, int ept, int grid, int t
     case 4: if constexpr (VEC <= 4) return launch_rows<TX, VEC, 4>(p, grid, threads, s, active); break;
     case 8: return launch_rows<TX, VEC, 8>(p, grid, threads, s, active);
     case 16: if constexpr (VEC > 1) return launch_rows<TX, VEC, 16>(p, grid, threads, s, active); break;
+    case 32: if constexpr (VEC == 8) return launch_rows<TX, VEC, 32>(p, grid, threads, s, active); break;
     }
     return cudaErrorInvalidValue;
 }
@@ -734,6 +799,12 @@ extern "C" int fn_launch_bwd_columns(const fn_bwd_params *p, int col_chunks, int
     default: return (int)cudaErrorInvalidValue;
     }
     return (int)cudaGetLastError();
+}
+
+extern "C" int fn_bwd_wide_fits(const fn_bwd_params *p)
+{
+    const size_t stages = fn::bwd_stage_bytes<__half, 8, 32>(512, 2) + fn::FN_STAGES * (size_t)512 * 8;
+    return p->dt_dx != FN_DT_F32 && p->dt_x == p->dt_dx && p->dt_dy == p->dt_dx && stages <= (size_t)p->smem_max;
 }
 
 extern "C" int fn_max_active_bwd_two_pass(const fn_bwd_params *p, int threads, int *count)
