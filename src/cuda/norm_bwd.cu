@@ -620,7 +620,7 @@ static int bwd_is_plain(const fn_bwd_params &q, int ept)
     return q.db ? 2 : 1;
 }
 
-/* A PLAIN variant (pipelined); with EPT 16 (the planner's choice for 16-bit
+/* A PLAIN variant (pipelined, PLAIN = 1..3); with EPT 16 (the planner's choice for 16-bit
  * rows from N = 1024 up) and tpr in {64, 128, 256, 512} in a CTA of
  * max(tpr, 256) threads, or EPT 32 (from N = 8193) and tpr 512 (N = 16384,
  * and 32768 and 65536 in clusters), the one compiled for that tpr. */
@@ -697,9 +697,7 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     if (q.wcache) smem += cache_bytes;
     if constexpr (VEC > 1)
         if (pipe) {
-            if (res_plain && q.wcache)
-                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 3>, q, grid, threads, smem,
-                                       p.cluster, stream, active);
+            if (res_plain && q.wcache) return launch_plain<TX, VEC, EPT, 3>(q, grid, threads, smem, stream, active);
             switch (bwd_is_plain(q, EPT)) {
             case 1: return launch_plain<TX, VEC, EPT, 1>(q, grid, threads, smem, stream, active);
             case 2: return launch_plain<TX, VEC, EPT, 2>(q, grid, threads, smem, stream, active);
