@@ -10,6 +10,7 @@
 #   env: BUILD (default build-dev; bench/devbin.sh builds .devbin here to carry, bench/devvar.sh
 #        builds branches' CLI and test_cuda_ops into .devvar/<name>), QUICK=1 (fewer bench shapes);
 #        ab: AB_BUILD (builds to compare with BUILD), AB_NORMS, AB_DTYPES, AB_COLS, AB_PASSES, AB_RESIDUAL=1
+#        ncu: NCU_PASSES, NCU_NORM, NCU_DTYPE, NCU_COLS, NCU_KERNEL (rows, or two_pass)
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -132,7 +133,7 @@ if has ncu; then
   log "ncu"
   for pass in ${NCU_PASSES:-fwd bwd}; do
     rep="$OUT/ncu_$pass"
-    timeout 180 ncu --kernel-name "regex:norm_${pass}_rows" --launch-skip 5 --launch-count 1 --set full \
+    timeout 180 ncu --kernel-name "regex:norm_${pass}_${NCU_KERNEL:-rows}" --launch-skip 5 --launch-count 1 --set full \
       --import-source yes -f -o "$rep" "$FN" bench --backend cuda --norm ${NCU_NORM:-rms} --dtype ${NCU_DTYPE:-bf16} \
       --cols ${NCU_COLS:-4096} --pass $pass --iters 3 >"$OUT/ncu_$pass.log" 2>&1
     echo "ncu $pass: exit $?" | tee -a "$SUMMARY"
@@ -155,6 +156,7 @@ if has sanitize; then
   #   2048    registers, 4 rows per CTA of 2 warps each (per-row named barriers)
   #   4096    registers, cp.async pipeline (16-bit), weight cache, PLAIN variants
   #   4097    two-pass, rows peeled to 16 bytes, dweight partials in shared memory
+  #   16384   one CTA per row: the backward's 32-element tile (128 KiB of stages)
   #   65536   clusters (distributed shared memory)
   #   131072  the largest clusters (8 fwd, 16 bwd)
   #   300000  column split: two-pass statistics pass, then norm_bwd_columns
@@ -168,7 +170,7 @@ if has sanitize; then
   # Device time (session 4, the default set with SANITIZE_ROWS=12 RACECHECK_ROWS=8):
   # about 200 s for the whole stage; memcheck with the default grids at 96 rows and
   # every column count did not finish in 100 s, at 24 rows 131072 and 300000 took 38 s.
-  COLS=${SANITIZE_COLS:-256,999,2048,4096,4097,65536,131072,300000}
+  COLS=${SANITIZE_COLS:-256,999,2048,4096,4097,16384,65536,131072,300000}
   san() { # name tool timeout cmd...
     local name=$1 tool=$2 t=$3; shift 3
     timeout "$t" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" >"$OUT/sanitize_$name.log" 2>&1
@@ -179,7 +181,7 @@ if has sanitize; then
   }
   for tool in ${SANITIZERS:-memcheck racecheck synccheck initcheck}; do
     rows=${SANITIZE_ROWS:-24} cols=$COLS t=${SANITIZE_TIMEOUT:-150}
-    [ $tool = racecheck ] && { rows=${RACECHECK_ROWS:-12} cols=${RACECHECK_COLS:-256,999,2048,4096,4097} t=${RACECHECK_TIMEOUT:-240}; }
+    [ $tool = racecheck ] && { rows=${RACECHECK_ROWS:-12} cols=${RACECHECK_COLS:-256,999,2048,4096,4097,16384} t=${RACECHECK_TIMEOUT:-240}; }
     FUSEDNORM_GRID_CAP=2 san "$tool" "$tool" "$t" "$FN" check --backend cuda --quiet --rows $rows --cols $cols
     if [ $tool = memcheck ]; then
       san memcheck_default_grid memcheck "$t" "$FN" check --backend cuda --quiet --rows 24 --cols $COLS
