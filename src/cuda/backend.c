@@ -354,7 +354,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     const int vec_ok = a->cols % vec == 0 && tensor_vec_ok(&a->x) && tensor_vec_ok(&a->residual) &&
                        tensor_vec_ok(&a->y) && tensor_vec_ok(&a->residual_out) && vector_vec_ok(a->weight.data) &&
                        vector_vec_ok(a->bias.data);
-    fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok, df.cc_major, 16};
+    fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok, df.cc_major, 16, 0};
     fn_plan pl = fn_plan_make(&pb);
     plan_override("FUSEDNORM_PLAN_FWD", 0, a->cols, x_bytes, &pl);
     p.tpr = pl.tpr;
