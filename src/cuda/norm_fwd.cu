@@ -241,26 +241,25 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_two_pass(const fn_fwd_params 
                 for (int j = 0; j < V; j++) h[j] += r[j];
             }
         };
+        /* Each pass loads B vectors per thread ahead of their use (for_each_column_batched). */
+        float hb[TWO_PASS_FWD_BATCH][VEC];
+        auto load_slot = [&](int64_t col, auto width, int u) {
+            load_h(col, width, first<decltype(width)::value>(hb[u]));
+        };
         float mean = 0.0f;
         if (p.is_ln) {
             float s[1] = {0.0f};
-            for_each_column<VEC>(rs, N, [&](int64_t col, auto width) {
-                constexpr int V = decltype(width)::value;
-                float h[V];
-                load_h(col, width, h);
+            for_each_column_batched<VEC, TWO_PASS_FWD_BATCH>(rs, N, load_slot, [&](int64_t, auto width, int u) {
                 #pragma unroll
-                for (int j = 0; j < V; j++) s[0] += h[j];
+                for (int j = 0; j < decltype(width)::value; j++) s[0] += hb[u][j];
             });
             row_allreduce<1>(s, sm, buf, blockDim.x, 0, 1);
             mean = s[0] / (float)N;
         }
         float q[1] = {0.0f};
-        for_each_column<VEC>(rs, N, [&](int64_t col, auto width) {
-            constexpr int V = decltype(width)::value;
-            float h[V];
-            load_h(col, width, h);
+        for_each_column_batched<VEC, TWO_PASS_FWD_BATCH>(rs, N, load_slot, [&](int64_t, auto width, int u) {
             #pragma unroll
-            for (int j = 0; j < V; j++) q[0] += (h[j] - mean) * (h[j] - mean);
+            for (int j = 0; j < decltype(width)::value; j++) q[0] += (hb[u][j] - mean) * (hb[u][j] - mean);
         });
         row_allreduce<1>(q, sm, buf, blockDim.x, 0, 1);
         const float rstd = rstd_of(q[0], (float)N, p.eps);
@@ -268,10 +267,10 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_two_pass(const fn_fwd_params 
             if (p.rstd) p.rstd[row] = rstd;
             if (p.mean) p.mean[row] = mean;
         }
-        for_each_column<VEC>(rs, N, [&](int64_t col, auto width) {
+        for_each_column_batched<VEC, TWO_PASS_FWD_BATCH>(rs, N, load_slot, [&](int64_t col, auto width, int u) {
             constexpr int V = decltype(width)::value;
-            float h[V], w[V], b[V], y[V];
-            load_h(col, width, h);
+            float (&h)[V] = first<V>(hb[u]);
+            float w[V], b[V], y[V];
             if (p.res_out) store_flex<TX, V>(p.res_out, p.dt_res_out, row * p.sres_out + col, vro, h);
             if (p.w) load_flex<TX, V>(p.w, p.dt_w, col, vw, w);
             if (p.b) load_flex<TX, V>(p.b, p.dt_w, col, vb, b);
