@@ -19,7 +19,8 @@
  *     The target is 64 bytes per thread in the forward and 32 per input
  *     (x and dy) in the backward.
  * Past the largest coverage (131072 fwd / 65536 bwd on sm_90 with vector
- * access; 16384 / 8192 without clusters) the two-pass path takes over (the
+ * access, 262144 bwd for 16-bit rows with the wide tile; 16384 / 8192 or
+ * 16384 without clusters) the two-pass path takes over (the
  * backend turns a two-pass backward whose partial rows do not fit shared
  * memory into the column split).
  *
@@ -48,13 +49,16 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     fn_plan best = {FN_PATH_TWO_PASS, 1, 0, 512, 1, 1, 512};
     const int vec = pb->vec_ok ? 16 / pb->x_bytes : 1;
     best.vec = vec;
-    /* Both passes stop at clusters of 8. Forward: at N = 262144 bf16 the
-     * two-pass kernel (49% of copy) beat a cluster of 16 (38%); at 131072 a
-     * cluster of 8 and two-pass were even (47% / 49%). Backward: at N = 131072
-     * bf16 the column split (39%) beat a cluster of 16 (34%); at 65536 a
-     * cluster of 8 still wins (43% against 40%). */
-    const int cap = 8;
-    int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < cap ? pb->max_cluster : cap) : 1;
+    /* Clusters stop at 8. Forward: at N = 262144 bf16 the two-pass kernel
+     * (49% of copy) beat a cluster of 16 (38%); at 131072 a cluster of 8 and
+     * two-pass were even (47% / 49%). Backward with 16 elements per thread: at
+     * N = 131072 bf16 the column split (39%) beat a cluster of 16 (34%). The
+     * backward's wide tile (32 elements) goes to 16 (non-portable, sm_90):
+     * at 131072 its cluster of 8 ran at 77.6% of copy and at 262144 its
+     * cluster of 16 at 59.5%, against the column split's 39-40%. */
+    const int cap = 8, wide_cap = 16;
+    const int cap_here = pb->is_bwd && pb->wide_bwd ? wide_cap : cap;
+    int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < cap_here ? pb->max_cluster : cap_here) : 1;
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
     double best_cost = 1e30;
@@ -62,7 +66,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
         for (int ept = 4; ept <= 32; ept *= 2) {
             if (!fn_plan_ept_allowed(pb->is_bwd, vec, ept)) continue;
             const int wide = pb->is_bwd && ept == 32; /* see below */
-            if (wide && (!pb->wide_bwd || cluster > 4)) continue;
+            if (wide ? !pb->wide_bwd : cluster > cap) continue;
             /* Powers of two below a warp (the shuffle reduction needs aligned
              * groups), then any whole number of warps up to 512. */
             for (int tpr = 1; tpr <= 512; tpr = tpr < 32 ? tpr * 2 : tpr + 32) {
@@ -76,8 +80,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
                 /* The backward's 32-element tile holds x and dy packed and
                  * unpacks them on each pass: taken where it saves a cluster
                  * (N = 16384 bf16 in one CTA instead of a cluster of 2), not
-                 * where 16 elements fill the row (0.10 < 0.15). Clusters of
-                 * more than 4 of them were never measured: left out. */
+                 * where 16 elements fill the row (0.10 < 0.15). */
                 if (wide) cost += 0.10;
                 if (ept == 4 && vec < 4) cost += 0.01;
                 const int bytes = ept * pb->x_bytes, target = pb->is_bwd ? 32 : 64;

@@ -19,10 +19,8 @@
 
 static int64_t max_coverage(int is_bwd, int vec, int cc_major, int wide)
 {
-    if (is_bwd && vec == 8 && wide) /* the wide tile, in clusters of at most 4 */
-        return (int64_t)(cc_major >= 9 ? 4 : 1) * 512 * 32 > (int64_t)(cc_major >= 9 ? 8 : 1) * 512 * 16
-                   ? (int64_t)(cc_major >= 9 ? 4 : 1) * 512 * 32
-                   : (int64_t)(cc_major >= 9 ? 8 : 1) * 512 * 16;
+    if (is_bwd && vec == 8 && wide) /* the wide tile, in clusters of up to 16 */
+        return (int64_t)(cc_major >= 9 ? 16 : 1) * 512 * 32;
     const int max_ept = is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
     return (int64_t)(cc_major >= 9 ? 8 : 1) * 512 * max_ept;
 }
@@ -43,12 +41,9 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
         ASSERT_TRUE(p.tpr < 32 ? (p.tpr & (p.tpr - 1)) == 0 : p.tpr % 32 == 0);
         ASSERT_EQ_INT(p.threads, p.rows_per_block * p.tpr);
         ASSERT_TRUE(p.threads >= 32 && p.threads <= 512 && p.threads % 32 == 0);
-        ASSERT_TRUE(p.cluster >= 1 && p.cluster <= (cc >= 9 ? 8 : 1));
+        ASSERT_TRUE(p.cluster >= 1 && p.cluster <= (cc >= 9 ? (is_bwd && p.ept == 32 ? 16 : 8) : 1));
         ASSERT_TRUE(p.tpr * p.ept >= vec);
-        if (is_bwd && p.ept == 32) { /* the wide tile: only when launchable, clusters of 4 at most */
-            ASSERT_TRUE(wide && vec == 8);
-            ASSERT_TRUE(p.cluster <= 4);
-        }
+        if (is_bwd && p.ept == 32) ASSERT_TRUE(wide && vec == 8); /* the wide tile: only when launchable */
     } else {
         ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
         ASSERT_TRUE(cols > max_coverage(is_bwd, vec, cc, wide) || (!vec_ok && cols >= FN_PLAN_SCALAR_TWO_PASS_COLS));
@@ -80,6 +75,7 @@ int main(void)
         {0, 256, 32, 8, 1},    {0, 4096, 32, 128, 1},  {0, 131072, 32, 512, 8},
         {1, 1024, 16, 64, 1},  {1, 4096, 16, 256, 1},  {1, 8192, 16, 512, 1},
         {1, 16384, 32, 512, 1}, {1, 32768, 32, 512, 2}, {1, 65536, 32, 512, 4},
+        {1, 131072, 32, 512, 8}, {1, 262144, 32, 512, 16},
     };
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
         fn_plan_problem pb = {pinned[i].is_bwd, pinned[i].cols, 2, 1, 9, 16, 1};
@@ -93,13 +89,15 @@ int main(void)
     }
     /* The forward's largest rows go two-pass (measured faster than a cluster
      * of 16), with 512 threads, and so does the backward past a cluster of 8
-     * (the backend makes it a column split); a short row without vectors gets
-     * a small CTA. */
+     * of the 16-element tile, or of 16 of the wide one (the backend makes it a
+     * column split); a short row without vectors gets a small CTA. */
     fn_plan_problem fwd_huge = {0, 262144, 2, 1, 9, 16, 0};
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).threads, 512);
-    fn_plan_problem bwd_large = {1, 131072, 2, 1, 9, 16, 1};
+    fn_plan_problem bwd_large = {1, 131072, 2, 1, 9, 16, 0};
     ASSERT_EQ_INT(fn_plan_make(&bwd_large).path, FN_PATH_TWO_PASS);
+    fn_plan_problem bwd_huge = {1, 262145, 2, 1, 9, 16, 1};
+    ASSERT_EQ_INT(fn_plan_make(&bwd_huge).path, FN_PATH_TWO_PASS);
     fn_plan_problem odd = {1, 4097, 2, 0, 9, 16, 1};
     ASSERT_EQ_INT(fn_plan_make(&odd).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&odd).threads, 160);
