@@ -10,7 +10,9 @@
 # (build-dev/ptxas.log holds the report of the files this build compiled):
 #   grep -A3 "Compiling entry" build-dev/ptxas.log
 # The carry limit is 64 MiB: only the CLI, the shared library and the GPU tests
-# go (the static library and the CPU tests stay here).
+# go (the static library and the CPU tests stay here). .devbin is about 63 MiB;
+# to carry it beside other builds (bench/devvar.sh), pack it: `tar cJf
+# .devpack.tar.xz .devbin` (about 15 MiB, git-ignored) and unpack it there first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-dev}
