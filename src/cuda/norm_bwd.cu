@@ -28,10 +28,6 @@
 #include "common.cuh"
 #include "launch.cuh"
 
-#ifndef FN_BWD_RAW /* the 32-element tile's way of holding x and dy: see HOLD below */
-#define FN_BWD_RAW 0
-#endif
-
 namespace fn {
 
 template <int VEC, int EPT>
@@ -75,29 +71,6 @@ __device__ __forceinline__ void write_partial_row(float (&acc)[EPT / VEC][VEC], 
     }
 }
 
-/* unpack_raw, made opaque to the compiler (volatile asm) so that the second
- * pass over a RAW row unpacks again instead of keeping the first pass's fp32
- * values alive, which would undo RAW's register saving. */
-template <typename TX> __device__ __forceinline__ void unpack_raw_each_time(const uint4 &raw, float (&out)[8])
-{
-    const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
-    #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        unsigned lo, hi;
-        if constexpr (std::is_same<TX, __nv_bfloat16>::value) {
-            asm volatile("shl.b32 %0, %2, 16;\n\tand.b32 %1, %2, 0xffff0000;" : "=r"(lo), "=r"(hi) : "r"(w[j]));
-            out[2 * j] = __uint_as_float(lo);
-            out[2 * j + 1] = __uint_as_float(hi);
-        } else {
-            float a, b;
-            asm volatile("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;}"
-                         : "=f"(a), "=f"(b) : "r"(w[j]));
-            out[2 * j] = a;
-            out[2 * j + 1] = b;
-        }
-    }
-}
-
 /* PIPE (16-byte vectors, stages within FN_MAX_STAGE_BYTES): the next row
  * groups' x and dy stream into shared memory (cp.async) while this one is
  * reduced and written, and each pass over the row reads its x and dy back
@@ -132,12 +105,10 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
      * both passes read them there (the PLAIN variants, whose registers allow
      * it: bf16 at EPT 16 takes 120, 128 with dbias, without spills). As fp32
      * the 32-element tile's x and dy would take 64 registers: it reads them
-     * back from the stage on each pass, or with FN_BWD_RAW holds them packed
-     * (32 registers) and unpacks them on each pass (126 registers, 68 bytes
-     * of spills with dbias; an experiment, see docs/perf.md). */
-    constexpr bool RAW = FN_BWD_RAW && PIPE && PLAIN >= 1 && EPT > 16;
+     * back from the stage on each pass. (Held packed in 32 registers and
+     * unpacked on each pass instead, they measured no faster: docs/perf.md,
+     * tuning step 22.) */
     constexpr bool HOLD = PIPE && PLAIN >= 1 && EPT <= 16;
-    static_assert(!RAW || sizeof(TX) == 2, "RAW: 16-bit rows only");
     __shared__ RowReduceSmem sm;
     /* Dynamic shared memory: the pipeline stages during the row loop, then
      * [rows_per_block][tpr*EPT] fp32 partials when rows_per_block > 1; the
@@ -238,7 +209,6 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
         /* x and dy held in registers for the whole row: loaded there without
          * the pipeline; with it, unstaged once (HOLD) instead of once per pass. */
         [[maybe_unused]] float xr[PIPE && !HOLD ? 1 : K][VEC], dyr[PIPE && !HOLD ? 1 : K][VEC];
-        [[maybe_unused]] uint4 xraw[RAW ? K : 1], dyraw[RAW ? K : 1];
         const int cur = it % FN_STAGES;
         [[maybe_unused]] const uint4 *sx = stage + cur * per_stage + threadIdx.x;
         [[maybe_unused]] const uint4 *sy = sx + K * chx * nthr;
@@ -256,16 +226,9 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
         if constexpr (PIPE) {
             issue(g + (FN_STAGES - 1) * nclusters, (it + FN_STAGES - 1) % FN_STAGES);
             cp_async_wait<FN_STAGES - 1>();
-            if constexpr (HOLD) {
+            if constexpr (HOLD)
                 #pragma unroll
                 for (int k = 0; k < K; k++) unstage(k, xr[k], dyr[k]);
-            } else if constexpr (RAW) { /* PLAIN: every column in range; a row past the end reads as zeros */
-                #pragma unroll
-                for (int k = 0; k < K; k++) {
-                    xraw[k] = row_ok ? sx[k * chx * nthr] : make_uint4(0, 0, 0, 0);
-                    dyraw[k] = row_ok ? sy[k * chy * nthr] : make_uint4(0, 0, 0, 0);
-                }
-            }
         } else {
             #pragma unroll
             for (int k = 0; k < K; k++) {
@@ -281,10 +244,7 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
         }
         /* x and dy of vector k of this row (zeros where the row or column is out of range). */
         auto fetch = [&](int k, float (&x)[VEC], float (&dy)[VEC]) {
-            if constexpr (RAW) {
-                unpack_raw_each_time<TX>(xraw[k], x);
-                unpack_raw_each_time<TX>(dyraw[k], dy);
-            } else if constexpr (PIPE && !HOLD) {
+            if constexpr (PIPE && !HOLD) {
                 unstage(k, x, dy);
             } else {
                 #pragma unroll
