@@ -18,9 +18,9 @@
  *     reached 35% of copy bandwidth where fp32 with 32 bytes reached 55-70%).
  *     The target is 64 bytes per thread in the forward and 32 per input
  *     (x and dy) in the backward.
- * Past the largest coverage (131072 fwd / 65536 bwd on sm_90 with vector
- * access, 262144 bwd for 16-bit rows with the wide tile; 16384 / 8192 or
- * 16384 without clusters) the two-pass path takes over (the
+ * Past the largest coverage (on sm_90 with vector access: 131072 fwd, 65536
+ * bwd, 262144 bwd for 16-bit rows with the wide tile; without clusters 16384
+ * fwd, 8192 bwd, 16384 bwd with the wide tile) the two-pass path takes over (the
  * backend turns a two-pass backward whose partial rows do not fit shared
  * memory into the column split).
  *
@@ -77,8 +77,8 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
                 cost += 0.15 * log2i(cluster);
                 if (tpr == 512) cost += 0.05;
                 if (ept == max_ept) cost += 0.03;
-                /* The backward's 32-element tile holds x and dy packed and
-                 * unpacks them on each pass: taken where it saves a cluster
+                /* The backward's 32-element tile reads x and dy back from
+                 * its stage on each pass: taken where it saves a cluster
                  * (N = 16384 bf16 in one CTA instead of a cluster of 2), not
                  * where 16 elements fill the row (0.10 < 0.15). */
                 if (wide) cost += 0.10;
