@@ -10,6 +10,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 namespace fn {
 
 template <typename Params>
@@ -53,6 +55,18 @@ static cudaError_t launch_or_query(void (*kernel)(Params), const Params &params,
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     *active = per_sm * sms;
     return e;
+}
+
+/* The kernels compiled for a threads-per-row value (the PLAIN variants' TPR):
+ * calls launch(std::integral_constant<int, T>{}) for the T of TS equal to tpr
+ * and returns what it returns, or returns fallback() (the kernel with a
+ * run-time tpr) when tpr is none of them. */
+template <int... TS, typename L, typename F>
+static cudaError_t with_static_tpr(int tpr, L &&launch, F &&fallback)
+{
+    cudaError_t r = cudaSuccess;
+    const bool found = ((tpr == TS ? (r = launch(std::integral_constant<int, TS>{}), true) : false) || ...);
+    return found ? r : fallback();
 }
 
 } // namespace fn

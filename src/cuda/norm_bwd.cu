@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
     extern __shared__ __align__(16) unsigned char dyn_smem[];
     float *subrow_partials = reinterpret_cast<float *>(dyn_smem);
     int buf = 0;
-    const int tpr = TPR ? TPR : p.tpr, rpb = TPR ? (TPR >= 256 ? 1 : 256 / TPR) : p.rows_per_block;
+    const int tpr = TPR ? TPR : p.tpr, rpb = TPR ? static_tpr_threads(TPR) / TPR : p.rows_per_block;
     const int sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
     const int C = p.cluster;
     const int64_t nclusters = gridDim.x / C, cid = blockIdx.x / C;
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
     /* The pipeline runs only where x and dy are of dtype TX (the launcher
      * sends other mixes to PIPE = false): one 16-byte chunk per vector each. */
     constexpr int chx = PIPE ? VEC * (int)sizeof(TX) / 16 : 0, chy = chx, chr = RES ? chx : 0;
-    const int nthr = TPR ? (TPR > 256 ? TPR : 256) : (int)blockDim.x;
+    const int nthr = TPR ? static_tpr_threads(TPR) : (int)blockDim.x;
     const int per_stage = K * (chx + chy + chr) * nthr; /* uint4 per stage */
     /* Shared-memory addresses for cp.async, converted once. */
     [[maybe_unused]] const unsigned stage_s = smem_addr(stage);
@@ -568,6 +568,9 @@ template <typename TX, int VEC, int EPT> static size_t bwd_stage_bytes(int threa
     return FN_STAGES * (size_t)(EPT / VEC) * inputs * threads * 16;
 }
 
+/* After the stages: each thread's (rstd, mean) per stage (fn_bwd_wide_fits sizes the wide tile with it too). */
+static size_t bwd_stat_bytes(int threads) { return FN_STAGES * (size_t)threads * 8; }
+
 /* The common call, for which the kernel drops its feature branches (PLAIN):
  * the weight cached, no dresidual_out, no dresidual, and a row that fills the
  * tile exactly (the pipeline is checked by the caller); 2 when dbias is
@@ -588,32 +591,17 @@ template <typename TX, int VEC, int EPT, int PLAIN>
 static cudaError_t launch_plain(const fn_bwd_params &q, int grid, int threads, size_t smem, cudaStream_t stream,
                                 int *active)
 {
-    if constexpr ((EPT == 16 || EPT == 32) && sizeof(TX) == 2) {
-        if (threads == (q.tpr > 256 ? q.tpr : 256) && q.rows_per_block == threads / q.tpr) {
-            switch (q.tpr) {
-            case 64:
-                if constexpr (EPT == 16)
-                    return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 64>, q, grid,
-                                           threads, smem, q.cluster, stream, active);
-                break;
-            case 128:
-                if constexpr (EPT == 16)
-                    return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 128>, q, grid,
-                                           threads, smem, q.cluster, stream, active);
-                break;
-            case 256:
-                if constexpr (EPT == 16)
-                    return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 256>, q, grid,
-                                           threads, smem, q.cluster, stream, active);
-                break;
-            case 512:
-                return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 512>, q, grid, threads,
-                                       smem, q.cluster, stream, active);
-            }
+    auto launch = [&](auto tpr) { /* TPR = 0: the run-time tpr */
+        return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, decltype(tpr)::value>, q, grid,
+                               threads, smem, q.cluster, stream, active);
+    };
+    auto run_time_tpr = [&] { return launch(std::integral_constant<int, 0>{}); };
+    if constexpr ((EPT == 16 || EPT == 32) && sizeof(TX) == 2)
+        if (threads == static_tpr_threads(q.tpr) && q.rows_per_block == threads / q.tpr) {
+            if constexpr (EPT == 16) return with_static_tpr<64, 128, 256, 512>(q.tpr, launch, run_time_tpr);
+            else return with_static_tpr<512>(q.tpr, launch, run_time_tpr);
         }
-    }
-    return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN>, q, grid, threads, smem, q.cluster,
-                           stream, active);
+    return run_time_tpr();
 }
 
 /* The pre-norm residual's backward (PLAIN = 3): dresidual_out in, dresidual
@@ -632,7 +620,7 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     /* Staged only where x and dy are of the activation dtype (the kernel's
      * pipeline is specialized on it); other mixes load straight into registers. */
     const bool same_dtypes = p.dt_x == dtype_of<TX>::value && p.dt_dy == dtype_of<TX>::value;
-    const size_t stat_bytes = FN_STAGES * (size_t)threads * 8; /* the per-stage (rstd, mean) slots (fn_bwd_wide_fits) */
+    const size_t stat_bytes = bwd_stat_bytes(threads);
     /* The 32-element tile is staged past FN_MAX_STAGE_BYTES (128 KiB at 512
      * threads): its registers keep one CTA per SM resident anyway. The
      * backend plans it only where x's and dy's stages fit (fn_bwd_wide_fits). */
@@ -761,7 +749,7 @@ extern "C" int fn_launch_bwd_columns(const fn_bwd_params *p, int col_chunks, int
 
 extern "C" int fn_bwd_wide_fits(const fn_bwd_params *p)
 {
-    const size_t stages = fn::bwd_stage_bytes<__half, 8, 32>(512, 2) + fn::FN_STAGES * (size_t)512 * 8;
+    const size_t stages = fn::bwd_stage_bytes<__half, 8, 32>(512, 2) + fn::bwd_stat_bytes(512);
     return p->dt_dx != FN_DT_F32 && p->dt_x == p->dt_dx && p->dt_dy == p->dt_dx && stages <= (size_t)p->smem_max;
 }
 

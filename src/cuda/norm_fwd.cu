@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_fwd_rows_in_registers
     uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
     /* x is of dtype TX: one 16-byte chunk per vector; the residual may be fp32. */
     constexpr int chx = VEC * (int)sizeof(TX) / 16;
-    const int nthr = TPR ? (TPR > 256 ? TPR : 256) : (int)blockDim.x, chr = has_res ? chunks_of<TX, VEC>(p.dt_res) : 0;
+    const int nthr = TPR ? static_tpr_threads(TPR) : (int)blockDim.x, chr = has_res ? chunks_of<TX, VEC>(p.dt_res) : 0;
     const int per_stage = K * (chx + chr) * nthr;
     const int rb = has_res ? dtype_bytes(p.dt_res) : 0;
     /* The stages' shared-memory address, converted once (cp.async takes it). */
@@ -309,29 +309,15 @@ template <typename TX, int VEC, int EPT, int PLAIN>
 static cudaError_t launch_plain(const fn_fwd_params &q, int grid, int threads, size_t smem, cudaStream_t stream,
                                 int *active)
 {
-    if constexpr (EPT == 32) {
-        if (threads == (q.tpr > 256 ? q.tpr : 256)) {
-            switch (q.tpr) {
-            case 32:
-                return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, 32>, q, grid, threads, smem,
-                                       q.cluster, stream, active);
-            case 64:
-                return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, 64>, q, grid, threads, smem,
-                                       q.cluster, stream, active);
-            case 128:
-                return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, 128>, q, grid, threads, smem,
-                                       q.cluster, stream, active);
-            case 256:
-                return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, 256>, q, grid, threads, smem,
-                                       q.cluster, stream, active);
-            case 512:
-                return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, 512>, q, grid, threads, smem,
-                                       q.cluster, stream, active);
-            }
-        }
-    }
-    return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN>, q, grid, threads, smem, q.cluster, stream,
-                           active);
+    auto launch = [&](auto tpr) { /* TPR = 0: the run-time tpr */
+        return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, decltype(tpr)::value>, q, grid,
+                               threads, smem, q.cluster, stream, active);
+    };
+    auto run_time_tpr = [&] { return launch(std::integral_constant<int, 0>{}); };
+    if constexpr (EPT == 32)
+        if (threads == static_tpr_threads(q.tpr))
+            return with_static_tpr<32, 64, 128, 256, 512>(q.tpr, launch, run_time_tpr);
+    return run_time_tpr();
 }
 
 template <typename TX, int VEC, int EPT>
