@@ -9,7 +9,7 @@
 #                                  (default: build tests sanitize bench peers)
 #   env: BUILD (default build-dev; bench/devbin.sh builds .devbin here to carry, bench/devvar.sh
 #        builds branches' CLI and test_cuda_ops into .devvar/<name>), QUICK=1 (fewer bench shapes);
-#        ab: AB_BUILD (builds to compare with BUILD), AB_NORMS, AB_DTYPES, AB_COLS, AB_PASSES, AB_RESIDUAL=1
+#        ab: AB_BUILD (builds to compare with BUILD), AB_NORMS, AB_DTYPES, AB_COLS, AB_PASSES, AB_RESIDUAL=1|2
 #        ncu: NCU_PASSES, NCU_NORM, NCU_DTYPE, NCU_COLS, NCU_KERNEL (rows, or two_pass)
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
@@ -99,9 +99,10 @@ if has ab && [ -n "${AB_BUILD:-}" ]; then
   # there, then copy .devbin to .devbin-wip; or only their CLI, which links the
   # library statically), alternating per shape so that all see the same GPU state.
   log "A/B: $BUILD against $AB_BUILD"
-  AB_RES=; [ "${AB_RESIDUAL:-0}" = 1 ] && AB_RES=--residual # the fused residual add (fwd and bwd)
+  # AB_RESIDUAL=1: the fused residual add (fwd and bwd); 2: the same without dresidual
+  case "${AB_RESIDUAL:-0}" in 1) AB_RES=--residual ;; 2) AB_RES="--residual --no-dresidual" ;; *) AB_RES= ;; esac
   {
-    [ -n "$AB_RES" ] && echo "(with --residual)"
+    [ -n "$AB_RES" ] && echo "(with $AB_RES)"
     printf '%-4s %-5s %7s %-4s %9s' norm dtype cols pass "A GB/s"
     for b in $AB_BUILD; do printf ' %9s %6s' "$(basename "$b")" "/A"; done
     echo

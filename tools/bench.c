@@ -7,7 +7,8 @@
  * Bytes counted (M rows, N cols, a = activation size, p = parameter size):
  *   fwd: read x (+ residual), write y (+ residual_out): M N a each;
  *        read weight (+ bias for LayerNorm): N p each; write rstd (+ mean): 4 M each
- *   bwd: read x, dy (+ dresidual_out), write dx (+ dresidual): M N a each;
+ *   bwd: read x, dy (+ dresidual_out), write dx (+ dresidual unless
+ *        --no-dresidual): M N a each;
  *        read weight: N p; read rstd (+ mean): 4 M each;
  *        write dweight (+ dbias): N p each
  * Workspace traffic and re-reads are the kernel's cost, not counted.
@@ -41,8 +42,8 @@ void bench_help(FILE *out)
 {
     fprintf(out,
             "usage: fusednorm bench [--backend cpu|cuda] [--norm rms|ln] [--dtype f32|f16|bf16]\n"
-            "                       [--rows M] [--cols N,...] [--residual] [--pass fwd|bwd|both]\n"
-            "                       [--atomic] [--iters K] [--warmup K] [--csv FILE]\n"
+            "                       [--rows M] [--cols N,...] [--residual [--no-dresidual]]\n"
+            "                       [--pass fwd|bwd|both] [--atomic] [--iters K] [--warmup K] [--csv FILE]\n"
             "\n"
             "Times fusednorm_fwd / fusednorm_bwd and reports, per case, the median time, the\n"
             "GB/s of the bytes the pass must move and the %% of the copy bandwidth measured\n"
@@ -58,6 +59,9 @@ void bench_help(FILE *out)
             "  --cols N,...          default: cuda 256,1024,2048,4096,8192,16384; cpu 1024,4096\n"
             "  --residual            fuse the residual add (reads residual, writes residual_out;\n"
             "                        the backward reads dresidual_out and writes dresidual)\n"
+            "  --no-dresidual        with --residual: the backward writes no dresidual (the\n"
+            "                        caller uses dx for it, as the PyTorch package does when\n"
+            "                        the residual's dtype is x's); shown as res 'nodr', CSV 2\n"
             "  --pass fwd|bwd|both   default both\n"
             "  --atomic              also time the backward with FUSEDNORM_ATOMIC_DWEIGHT\n"
             "  --iters K             timed launches per case (default: cuda 100, cpu 7)\n"
@@ -97,7 +101,10 @@ int bench_parse(int argc, char **argv, bench_options *o)
             o->ncols = cli_parse_int_list("bench", opt, cli_option_value(&it, opt), o->cols, (int64_t)1 << 40);
         } else if (!strcmp(opt, "--residual")) {
             cli_option_flag(&it, opt);
-            o->residual = 1;
+            o->residual |= 1;
+        } else if (!strcmp(opt, "--no-dresidual")) {
+            cli_option_flag(&it, opt);
+            o->residual |= 2;
         } else if (!strcmp(opt, "--pass")) {
             const char *v = cli_option_value(&it, opt);
             int p[3], n = cli_parse_choice_list("bench", opt, v, PASS_CHOICES, p);
@@ -118,6 +125,9 @@ int bench_parse(int argc, char **argv, bench_options *o)
             cli_usage_error("bench", "unknown option '%s'", opt);
         }
     }
+    /* residual: 0 none, 1 with dresidual, 2 without (the flags were bits 1 and 2) */
+    if (o->residual == 2) cli_usage_error("bench", "--no-dresidual needs --residual");
+    if (o->residual == 3) o->residual = 2;
     return 0;
 }
 
@@ -142,7 +152,7 @@ static double fwd_bytes(int64_t M, int64_t N, size_t a, size_t p, int residual, 
 static double bwd_bytes(int64_t M, int64_t N, size_t a, size_t p, int residual, int ln)
 {
     double mn = (double)M * (double)N * (double)a;
-    return mn * (residual ? 5 : 3) + (double)N * (double)p * (ln ? 3 : 2) + 4.0 * (double)M * (ln ? 2 : 1);
+    return mn * (residual ? (residual == 2 ? 4 : 5) : 3) + (double)N * (double)p * (ln ? 3 : 2) + 4.0 * (double)M * (ln ? 2 : 1);
 }
 
 static int launch_fwd(void *ctx) { return cli_check_status(fusednorm_fwd(ctx), "fusednorm_fwd"); }
@@ -170,11 +180,13 @@ typedef struct run_state {
 
 static const char *norm_short(fusednorm_norm n) { return n == FUSEDNORM_RMSNORM ? "rms" : "ln"; }
 
+static const char *res_label(int residual) { return residual ? (residual == 2 ? "nodr" : "yes") : "no"; }
+
 static void progress(run_state *st, const bench_row *r)
 {
     st->done++;
     fprintf(stderr, "[%d/%d] %s %s %lldx%lld%s %s ... ", st->done, st->total, norm_short(r->norm),
-            cli_dtype_name(r->dtype), (long long)r->rows, (long long)r->cols, r->residual ? " residual" : "", r->pass);
+            cli_dtype_name(r->dtype), (long long)r->rows, (long long)r->cols, r->residual ? (r->residual == 2 ? " residual (no dresidual)" : " residual") : "", r->pass);
     fflush(stderr);
 }
 
@@ -266,7 +278,7 @@ static int bench_group(run_state *st, const bench_options *o, fusednorm_norm nor
     ba.rstd = rstd;
     ba.mean = mean;
     ba.dx = (fusednorm_tensor){gx, dt, 0};
-    if (res) ba.dresidual = (fusednorm_tensor){gres, dt, 0};
+    if (res == 1) ba.dresidual = (fusednorm_tensor){gres, dt, 0};
     ba.dweight = (fusednorm_tensor){gw, dt, 0};
     if (ln) ba.dbias = (fusednorm_tensor){gb, dt, 0};
     ba.backend = b;
@@ -374,11 +386,11 @@ int bench_run(const bench_options *opts)
         double gbps = r->ok ? r->bytes / r->seconds * 1e-9 : 0.0, pct = r->ok ? 100.0 * gbps / (copy_bps * 1e-9) : 0.0;
         if (r->ok)
             printf("%-4s %-5s %8lld %8lld %-5s %-10s %12.2f %10.1f %7.1f\n", norm_short(r->norm),
-                   cli_dtype_name(r->dtype), (long long)r->rows, (long long)r->cols, r->residual ? "yes" : "no", r->pass,
+                   cli_dtype_name(r->dtype), (long long)r->rows, (long long)r->cols, res_label(r->residual), r->pass,
                    r->seconds * 1e6, gbps, pct);
         else
             printf("%-4s %-5s %8lld %8lld %-5s %-10s %12s %10s %7s\n", norm_short(r->norm), cli_dtype_name(r->dtype),
-                   (long long)r->rows, (long long)r->cols, r->residual ? "yes" : "no", r->pass, "FAILED", "-", "-");
+                   (long long)r->rows, (long long)r->cols, res_label(r->residual), r->pass, "FAILED", "-", "-");
         if (csv)
             fprintf(csv, "%s,\"%s\",%s,%s,%lld,%lld,%d,%d,%s,%d,%.0f,%.3f,%.2f,%.2f,%.2f,%d\n",
                     dev_backend_name(o.backend), device, norm_short(r->norm), cli_dtype_name(r->dtype),
