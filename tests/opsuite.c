@@ -232,9 +232,11 @@ void th_suite_training(fusednorm_backend be)
     static const int64_t cols[] = {256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
         for (int d = 0; d < 3; d++)
-            for (int kind = 0; kind < 4; kind++) {
+            for (int kind = 0; kind < 5; kind++) {
                 /* 0: RMSNorm; 1: LayerNorm with bias; 2: LayerNorm without
-                 * bias; 3: RMSNorm with the pre-norm residual stream */
+                 * bias; 3: RMSNorm with the pre-norm residual stream; 4: the
+                 * same without dresidual (the Python package's call when
+                 * dresidual would be dx itself) */
                 const fusednorm_norm norm = kind == 1 || kind == 2 ? FUSEDNORM_LAYERNORM : FUSEDNORM_RMSNORM;
                 th_case c = th_case_default(norm, cols[i] > 32768 ? 9 : 33, cols[i], all_dtypes[d]);
                 c.store_rstd = 1;
@@ -242,7 +244,8 @@ void th_suite_training(fusednorm_backend be)
                 c.bwd_stats_given = 1;
                 c.dweight_on = 1;
                 if (kind == 1) c.bias_on = c.dbias_on = 1;
-                if (kind == 3) c.residual_on = c.residual_out_on = c.dresidual_out_on = c.dresidual_on = 1;
+                if (kind >= 3) c.residual_on = c.residual_out_on = c.dresidual_out_on = 1;
+                if (kind == 3) c.dresidual_on = 1;
                 run_on(c, be);
             }
 }

@@ -174,7 +174,7 @@ static int occ_variant(int is_bwd, const void *params, const fn_plan *pl)
         const fn_bwd_params *b = (const fn_bwd_params *)params;
         /* dresidual_out and dresidual of the activation dtype: the residual
          * variant that stages dresidual_out (bwd_is_plain_residual) */
-        const int res_same = b->dt_dres_out == b->dt_dx && b->dt_dres == b->dt_dx;
+        const int res_same = b->dt_dres_out == b->dt_dx && (!b->dres || b->dt_dres == b->dt_dx);
         return (b->w != NULL) | (b->db != NULL) << 1 | (b->dres_out != NULL) << 2 | (b->dres != NULL) << 3 | exact << 4 |
                res_same << 5;
     }

@@ -95,12 +95,12 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
      * (bwd_is_plain): the row fills the tile exactly, the weight is in the
      * cache, no dresidual_out, no dresidual. Those branches then fold at
      * compile time. PLAIN = 3 is the pre-norm residual's call (RES): the same
-     * with dresidual_out staged as a third input and dresidual written, both
-     * of dtype TX, and no dbias (bwd_is_plain_residual). PLAIN = 0 is the
+     * with dresidual_out staged as a third input and dresidual written when
+     * asked for, of dtype TX, and no dbias (bwd_is_plain_residual). PLAIN = 0 is the
      * general kernel. */
     constexpr bool RES = PLAIN == 3;
     const bool has_dres_out = RES || (!PLAIN && p.dres_out != nullptr);
-    const bool has_dres = RES || (!PLAIN && p.dres != nullptr);
+    const bool has_dres = (RES || !PLAIN) && p.dres != nullptr; /* RES: dx alone when dresidual is dx itself */
     /* HOLD: the staged x and dy are unpacked into registers once per row and
      * both passes read them there (the PLAIN variants, whose registers allow
      * it: bf16 at EPT 16 takes 120, 128 with dbias, without spills). As fp32
@@ -333,8 +333,9 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) db[k][j] += dy[j];
             store_vec<TX, VEC>((TX *)p.dx, row * p.sdx + col, dx);
-            if constexpr (RES) store_vec<TX, VEC>((TX *)p.dres, row * p.sdres + col, dx);
-            else if (has_dres) store_dyn<TX, VEC>(p.dres, p.dt_dres, row * p.sdres + col, dx);
+            if constexpr (RES) {
+                if (has_dres) store_vec<TX, VEC>((TX *)p.dres, row * p.sdres + col, dx);
+            } else if (has_dres) store_dyn<TX, VEC>(p.dres, p.dt_dres, row * p.sdres + col, dx);
         }
     };
 
@@ -604,13 +605,14 @@ static cudaError_t launch_plain(const fn_bwd_params &q, int grid, int threads, s
     return run_time_tpr();
 }
 
-/* The pre-norm residual's backward (PLAIN = 3): dresidual_out in, dresidual
- * out, both of the activation dtype, with the weight, no dbias, a row that
- * fills the tile; the weight cache is checked by the caller. */
+/* The pre-norm residual's backward (PLAIN = 3): dresidual_out in, and
+ * dresidual out or not (the Python package asks for none when dresidual would
+ * be dx itself), both of the activation dtype, with the weight, no dbias, a
+ * row that fills the tile; the weight cache is checked by the caller. */
 static bool bwd_is_plain_residual(const fn_bwd_params &q, int ept, int dt)
 {
-    return q.w && !q.db && q.dres_out && q.dres && q.dt_x == dt && q.dt_dy == dt && q.dt_dres_out == dt &&
-           q.dt_dres == dt && q.cols == (int64_t)q.cluster * q.tpr * ept;
+    return q.w && !q.db && q.dres_out && q.dt_x == dt && q.dt_dy == dt && q.dt_dres_out == dt &&
+           (!q.dres || q.dt_dres == dt) && q.cols == (int64_t)q.cluster * q.tpr * ept;
 }
 
 template <typename TX, int VEC, int EPT>
