@@ -82,7 +82,7 @@ __device__ __forceinline__ void write_partial_row(float (&acc)[EPT / VEC][VEC], 
  * a shared-memory fp32 cache (p.wcache), LayerNorm's extra terms and the
  * dbias accumulation are skipped when not asked for (uniform branches, the
  * row body specialized on LN), and the arithmetic is folded into FMAs. */
-template <typename TX, int VEC, int EPT, bool PIPE, int PLAIN, int TPR = 0> /* registers: see the forward */
+template <typename TX, int VEC, int EPT, bool PIPE, int PLAIN, int TPR = 0, bool EXACT = true> /* see the forward */
 __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers(const fn_bwd_params p)
 {
     /* TPR > 0: tpr known at compile time, in a CTA of max(TPR, 256) threads
@@ -92,8 +92,9 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
     static_assert(!PIPE || VEC > 1, "the pipeline moves 16-byte vectors");
     static_assert(!PLAIN || PIPE, "PLAIN: staged rows only");
     /* PLAIN (1, or 2 with dbias) is the launcher's promise for the common call
-     * (bwd_is_plain): the row fills the tile exactly, the weight is in the
-     * cache, no dresidual_out, no dresidual. Those branches then fold at
+     * (bwd_is_plain): the weight is in the cache, no dresidual_out, no
+     * dresidual; with EXACT the row fills the tile exactly (no column
+     * checks). Those branches then fold at
      * compile time. PLAIN = 3 is the pre-norm residual's call (RES): the same
      * with dresidual_out staged as a third input and dresidual written when
      * asked for, of dtype TX, and no dbias (bwd_is_plain_residual). PLAIN = 0 is the
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
 
     bool col_ok[K];
     #pragma unroll
-    for (int k = 0; k < K; k++) col_ok[k] = PLAIN || slice + ((int64_t)k * tpr + lane) * VEC < N;
+    for (int k = 0; k < K; k++) col_ok[k] = (PLAIN && EXACT) || slice + ((int64_t)k * tpr + lane) * VEC < N;
 
     float dw[K][VEC], db[K][VEC];
     #pragma unroll
@@ -176,7 +177,8 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
                 const unsigned sr = sy + (unsigned)(K * chy * nthr) * 16u;
                 const TX *rrow = (const TX *)p.dres_out + row * p.sdres_out + slice + lane * VEC;
                 #pragma unroll
-                for (int k = 0; k < K; k++) cp_async16_s(sr + (unsigned)(k * nthr) * 16u, rrow + k * tpr * VEC);
+                for (int k = 0; k < K; k++)
+                    if (col_ok[k]) cp_async16_s(sr + (unsigned)(k * nthr) * 16u, rrow + k * tpr * VEC);
             }
         }
         cp_async_commit();
@@ -573,18 +575,19 @@ template <typename TX, int VEC, int EPT> static size_t bwd_stage_bytes(int threa
 static size_t bwd_stat_bytes(int threads) { return FN_STAGES * (size_t)threads * 8; }
 
 /* The common call, for which the kernel drops its feature branches (PLAIN):
- * the weight cached, no dresidual_out, no dresidual, and a row that fills the
- * tile exactly (the pipeline is checked by the caller); 2 when dbias is
+ * the weight cached, no dresidual_out, no dresidual (the pipeline is checked
+ * by the caller, the exact tile by launch_plain); 2 when dbias is
  * wanted (a variant of its own: a run-time dbias test kept the general
  * kernel's registers), 1 when not, 0 for any other call. The
  * backend's occupancy cache keys on the same features (occ_variant). */
-static int bwd_is_plain(const fn_bwd_params &q, int ept)
+static int bwd_is_plain(const fn_bwd_params &q)
 {
-    if (!(q.wcache && q.w && !q.dres_out && !q.dres && q.cols == (int64_t)q.cluster * q.tpr * ept)) return 0;
+    if (!(q.wcache && q.w && !q.dres_out && !q.dres)) return 0;
     return q.db ? 2 : 1;
 }
 
-/* A PLAIN variant (pipelined, PLAIN = 1..3); with EPT 16 (the planner's choice for 16-bit
+/* A PLAIN variant (pipelined, PLAIN = 1..3): with column checks (EXACT =
+ * false) where the row does not fill the tile; else with EPT 16 (the planner's choice for 16-bit
  * rows from N = 1024 up) and tpr in {64, 128, 256, 512} in a CTA of
  * max(tpr, 256) threads, or EPT 32 (from N = 8193) and tpr 512 (N = 16384,
  * and 32768 and 65536 in clusters), the one compiled for that tpr. */
@@ -592,6 +595,9 @@ template <typename TX, int VEC, int EPT, int PLAIN>
 static cudaError_t launch_plain(const fn_bwd_params &q, int grid, int threads, size_t smem, cudaStream_t stream,
                                 int *active)
 {
+    if (q.cols != (int64_t)q.cluster * q.tpr * EPT) /* the tile has idle columns: the column checks stay */
+        return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 0, false>, q, grid, threads, smem, q.cluster,
+                               stream, active);
     auto launch = [&](auto tpr) { /* TPR = 0: the run-time tpr */
         return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, decltype(tpr)::value>, q, grid,
                                threads, smem, q.cluster, stream, active);
@@ -607,12 +613,12 @@ static cudaError_t launch_plain(const fn_bwd_params &q, int grid, int threads, s
 
 /* The pre-norm residual's backward (PLAIN = 3): dresidual_out in, and
  * dresidual out or not (the Python package asks for none when dresidual would
- * be dx itself), both of the activation dtype, with the weight, no dbias, a
- * row that fills the tile; the weight cache is checked by the caller. */
-static bool bwd_is_plain_residual(const fn_bwd_params &q, int ept, int dt)
+ * be dx itself), both of the activation dtype, with the weight, no dbias; the
+ * weight cache is checked by the caller. */
+static bool bwd_is_plain_residual(const fn_bwd_params &q, int dt)
 {
     return q.w && !q.db && q.dres_out && q.dt_x == dt && q.dt_dy == dt && q.dt_dres_out == dt &&
-           (!q.dres || q.dt_dres == dt) && q.cols == (int64_t)q.cluster * q.tpr * ept;
+           (!q.dres || q.dt_dres == dt);
 }
 
 template <typename TX, int VEC, int EPT>
@@ -631,7 +637,7 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     /* The pre-norm residual's call stages dresidual_out as well (PLAIN = 3)
      * where the three inputs' stages fit beside the weight cache. */
     const size_t res_stage_bytes = bwd_stage_bytes<TX, VEC, EPT>(threads, 3);
-    const bool res_plain = VEC > 1 && bwd_is_plain_residual(p, EPT, dtype_of<TX>::value) &&
+    const bool res_plain = VEC > 1 && bwd_is_plain_residual(p, dtype_of<TX>::value) &&
                            res_stage_bytes <= stage_cap &&
                            res_stage_bytes + stat_bytes + cache_bytes <= (size_t)p.smem_max;
     size_t stage_bytes = VEC > 1 && same_dtypes ? bwd_stage_bytes<TX, VEC, EPT>(threads, res_plain ? 3 : 2) : 0;
@@ -648,7 +654,7 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     if constexpr (VEC > 1)
         if (pipe) {
             if (res_plain && q.wcache) return launch_plain<TX, VEC, EPT, 3>(q, grid, threads, smem, stream, active);
-            switch (bwd_is_plain(q, EPT)) {
+            switch (bwd_is_plain(q)) {
             case 1: return launch_plain<TX, VEC, EPT, 1>(q, grid, threads, smem, stream, active);
             case 2: return launch_plain<TX, VEC, EPT, 2>(q, grid, threads, smem, stream, active);
             }

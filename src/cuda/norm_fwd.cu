@@ -28,7 +28,7 @@ namespace fn {
  * 512 threads; the PLAIN variants ask for one resident 512-thread CTA (up to
  * 128 registers), since under the bare bound ptxas squeezed some of them into
  * 64 registers with spills (ncu: local-memory traffic in the forward). */
-template <typename TX, int VEC, int EPT, int PLAIN, int TPR = 0>
+template <typename TX, int VEC, int EPT, int PLAIN, int TPR = 0, bool EXACT = true>
 __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_fwd_rows_in_registers(const fn_fwd_params p)
 {
     /* TPR > 0: threads per row known at compile time (PLAIN variants of the
@@ -40,9 +40,10 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_fwd_rows_in_registers
     constexpr int K = EPT / VEC;
     static_assert(!PLAIN || (VEC > 1 && sizeof(TX) == 2), "PLAIN: staged 16-bit rows only");
     /* PLAIN (1, or 2 with a bias) is the launcher's promise for the common call
-     * (fwd_is_plain): the row fills the tile exactly (N == cluster * tpr * EPT),
-     * x is staged, the weight (and bias) is in the cache, no residual, y of
-     * dtype TX. PLAIN = 0 is the general kernel. Every branch
+     * (fwd_is_plain): x is staged, the weight (and bias) is in the cache, no
+     * residual, y of dtype TX; with EXACT the row fills the tile exactly
+     * (N == cluster * tpr * EPT, no column checks). PLAIN = 0 is the general
+     * kernel. Every branch
      * on those then folds at compile time: ncu counted about a quarter of the
      * forward's instructions in branches and their bookkeeping. */
     const bool has_res = !PLAIN && p.res != nullptr, has_res_out = !PLAIN && p.res_out != nullptr;
@@ -80,7 +81,7 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_fwd_rows_in_registers
         __syncthreads();
     }
     /* Whether column col of this CTA's slice lies in the row. */
-    auto in_row = [&](int64_t col) { return PLAIN || col < N; };
+    auto in_row = [&](int64_t col) { return (PLAIN && EXACT) || col < N; };
     auto issue = [&](int64_t g, int st) {
         const int64_t row = g * p.rows_per_block + sub;
         if (g < groups && row < p.rows) {
@@ -290,25 +291,28 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_two_pass(const fn_fwd_params 
 
 /* The common call, for which the kernel drops every feature branch (see
  * PLAIN in the kernel): staged x, the weight (and bias) cached, no residual, y
- * of the activation dtype, and a row that fills the tile exactly. 0: not such
+ * of the activation dtype (launch_plain checks whether the row fills the
+ * tile exactly). 0: not such
  * a call; 1: without bias; 2: with a bias (LayerNorm's usual case: a variant
  * of its own, since a run-time bias test kept the general kernel's registers).
  * The backend's occupancy cache keys on the same features (occ_variant). */
-static int fwd_is_plain(const fn_fwd_params &q, int ept)
+static int fwd_is_plain(const fn_fwd_params &q)
 {
-    if (!(q.pipe && q.wcache && q.w && !q.res && !q.res_out && q.dt_y == q.dt_x &&
-          q.cols == (int64_t)q.cluster * q.tpr * ept))
-        return 0;
+    if (!(q.pipe && q.wcache && q.w && !q.res && !q.res_out && q.dt_y == q.dt_x)) return 0;
     return q.b ? 2 : 1;
 }
 
-/* A PLAIN variant; with EPT 32 (the planner's choice for 16-bit rows from
+/* A PLAIN variant: with column checks (EXACT = false) where the row does not
+ * fill the tile; else with EPT 32 (the planner's choice for 16-bit rows from
  * N = 1024 up) and a power-of-two tpr in a CTA of max(tpr, 256) threads, the
  * one compiled for that tpr. */
 template <typename TX, int VEC, int EPT, int PLAIN>
 static cudaError_t launch_plain(const fn_fwd_params &q, int grid, int threads, size_t smem, cudaStream_t stream,
                                 int *active)
 {
+    if (q.cols != (int64_t)q.cluster * q.tpr * EPT) /* the tile has idle columns: the column checks stay */
+        return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, 0, false>, q, grid, threads, smem, q.cluster,
+                               stream, active);
     auto launch = [&](auto tpr) { /* TPR = 0: the run-time tpr */
         return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, decltype(tpr)::value>, q, grid,
                                threads, smem, q.cluster, stream, active);
@@ -343,7 +347,7 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
     q.wcache_off = (int)smem;
     if (q.wcache) smem += cache_bytes;
     if constexpr (VEC > 1 && sizeof(TX) == 2) {
-        switch (fwd_is_plain(q, EPT)) {
+        switch (fwd_is_plain(q)) {
         case 1: return launch_plain<TX, VEC, EPT, 1>(q, grid, threads, smem, stream, active);
         case 2: return launch_plain<TX, VEC, EPT, 2>(q, grid, threads, smem, stream, active);
         }
