@@ -490,7 +490,8 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
         p->rows_per_block = 1;
         p->cluster = 1;
         /* dweight/dbias partials in shared memory when they fit beside two
-         * resident CTAs; else the column split below. */
+         * resident CTAs (the kernel pads each array by under 2 * VEC floats,
+         * two_pass_acc_stride); else the column split below. */
         const size_t acc_bytes = (size_t)((p->dw != NULL) + (p->db != NULL)) * (size_t)a->cols * sizeof(float);
         p->smem_acc = acc_bytes > 0 && acc_bytes <= TWO_PASS_SMEM_ACC_BYTES;
         if (a->rows > 0) {

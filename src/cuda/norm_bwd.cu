@@ -364,6 +364,14 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
  * p.row_stats set: it writes each row's statistics and accumulates nothing.
  * Which thread owns a column changes with each row's alignment; the barriers
  * of the row reductions order one row's updates before the next row's. */
+/* The two-pass backward's dweight/dbias partials in shared memory hold
+ * column c at (c % VEC) * stride + c / VEC, stride = ceil(N / VEC) made odd:
+ * a warp accumulating element j of its vectors (columns VEC apart) then
+ * touches consecutive words, where column order put them VEC words apart
+ * (VEC-way bank conflicts on every read-modify-write, two per element with
+ * dbias). Each array takes VEC * stride floats, at most 2 * VEC - 1 more than N. */
+template <int VEC> __host__ __device__ inline int64_t two_pass_acc_stride(int64_t n) { return ((n + VEC - 1) / VEC) | 1; }
+
 template <typename TX, int VEC>
 __global__ void __launch_bounds__(512, 2) norm_bwd_two_pass(const fn_bwd_params p)
 {
@@ -375,12 +383,14 @@ __global__ void __launch_bounds__(512, 2) norm_bwd_two_pass(const fn_bwd_params 
     const int xb = dtype_bytes(p.dt_x), yb = dtype_bytes(p.dt_dy), wb = dtype_bytes(p.dt_w),
               rb = dtype_bytes(p.dt_dres_out), db_ = dtype_bytes(p.dt_dres), dxb = (int)sizeof(TX);
     float *acc_w = nullptr, *acc_b = nullptr;
+    const int64_t acc_stride = two_pass_acc_stride<VEC>(N), acc_len = VEC * acc_stride;
+    auto at = [&](int64_t col) { return (col % VEC) * acc_stride + col / VEC; }; /* see two_pass_acc_stride */
     if (p.smem_acc) {
         acc_w = p.dw ? reinterpret_cast<float *>(dyn_smem) : nullptr;
-        acc_b = p.db ? reinterpret_cast<float *>(dyn_smem) + (p.dw ? N : 0) : nullptr;
-        for (int64_t col = threadIdx.x; col < N; col += blockDim.x) {
-            if (acc_w) acc_w[col] = 0.0f;
-            if (acc_b) acc_b[col] = 0.0f;
+        acc_b = p.db ? reinterpret_cast<float *>(dyn_smem) + (p.dw ? acc_len : 0) : nullptr;
+        for (int64_t i = threadIdx.x; i < acc_len; i += blockDim.x) {
+            if (acc_w) acc_w[i] = 0.0f;
+            if (acc_b) acc_b[i] = 0.0f;
         }
         __syncthreads();
     }
@@ -466,8 +476,8 @@ __global__ void __launch_bounds__(512, 2) norm_bwd_two_pass(const fn_bwd_params 
                 float d = rstd * (g[j] - c2 - xh * c1);
                 if (p.dres_out) d += dres[j];
                 dx[j] = d;
-                if (acc_w) acc_w[col + j] += dy[j] * xh;
-                if (acc_b) acc_b[col + j] += dy[j];
+                if (acc_w) acc_w[at(col + j)] += dy[j] * xh;
+                if (acc_b) acc_b[at(col + j)] += dy[j];
             }
             store_flex<TX, V>(p.dx, (int)dtype_of<TX>::value, row * p.sdx + col, vdx, dx);
             if (p.dres) store_flex<TX, V>(p.dres, p.dt_dres, row * p.sdres + col, vdr, dx);
@@ -477,11 +487,11 @@ __global__ void __launch_bounds__(512, 2) norm_bwd_two_pass(const fn_bwd_params 
         __syncthreads();
         for (int64_t col = threadIdx.x; col < N; col += blockDim.x) {
             if (p.atomic) {
-                if (acc_w) atomicAdd(p.ws_dw + col, acc_w[col]);
-                if (acc_b) atomicAdd(p.ws_db + col, acc_b[col]);
+                if (acc_w) atomicAdd(p.ws_dw + col, acc_w[at(col)]);
+                if (acc_b) atomicAdd(p.ws_db + col, acc_b[at(col)]);
             } else {
-                if (acc_w) p.ws_dw[(int64_t)blockIdx.x * N + col] = acc_w[col];
-                if (acc_b) p.ws_db[(int64_t)blockIdx.x * N + col] = acc_b[col];
+                if (acc_w) p.ws_dw[(int64_t)blockIdx.x * N + col] = acc_w[at(col)];
+                if (acc_b) p.ws_db[(int64_t)blockIdx.x * N + col] = acc_b[at(col)];
             }
         }
     }
@@ -710,7 +720,10 @@ template <typename TX>
 static cudaError_t two_pass_entry(const fn_bwd_params &p, int grid, int threads, cudaStream_t s, int *active)
 {
     /* Always the vector kernel: it peels each row to its alignment itself. */
-    const size_t smem = p.smem_acc ? (size_t)((p.dw != nullptr) + (p.db != nullptr)) * p.cols * sizeof(float) : 0;
+    constexpr int VEC = 16 / sizeof(TX);
+    const size_t smem = p.smem_acc ? (size_t)((p.dw != nullptr) + (p.db != nullptr)) * VEC *
+                                         (size_t)two_pass_acc_stride<VEC>(p.cols) * sizeof(float)
+                                   : 0;
     return launch_or_query(norm_bwd_two_pass<TX, 16 / sizeof(TX)>, p, grid, threads, smem, 1, s, active);
 }
 
