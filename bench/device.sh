@@ -153,7 +153,8 @@ if has sanitize; then
   # Every kernel path, forward and backward, every norm, feature and dtype
   # (fusednorm check runs them all per column count):
   #   256     registers, several rows per CTA (one warp or less per row)
-  #   999     registers, one element at a time (no vector access)
+  #   999     rows off 16 bytes: SHIFT kernels (16-bit; realigned in shared
+  #           memory, three stages), registers one element at a time (fp32)
   #   2048    registers, 4 rows per CTA of 2 warps each (per-row named barriers)
   #   4096    registers, cp.async pipeline (16-bit), weight cache, PLAIN variants
   #   4097    two-pass, rows peeled to 16 bytes, dweight partials in shared memory
@@ -200,7 +201,9 @@ fi
 
 if has bench; then
   log "bench"
-  COLS=256,1024,2000,2048,4096,4097,8192,16384,32768,65536,65537,131072,262144
+  # 1001 and 2047: rows off 16 bytes (SHIFT); 2000, 3000, 12000: rows that
+  # fill their tile in part (PLAIN, not EXACT); 4097, 65537: two-pass
+  COLS=256,1001,1024,2000,2047,2048,3000,4096,4097,8192,12000,16384,32768,65536,65537,131072,262144
   [ "${QUICK:-0}" = 1 ] && COLS=256,1024,4096,8192,32768,131072
   COLS=${BENCH_COLS:-$COLS}
   "$FN" bench --backend cuda --norm rms --dtype bf16,f32 --cols $COLS --pass both --atomic \
@@ -209,6 +212,9 @@ if has bench; then
     --csv "$OUT/bench_ln.csv" >"$OUT/bench_ln.txt" 2>"$OUT/bench_ln.err"
   "$FN" bench --backend cuda --norm rms --residual --dtype bf16 --cols 1024,4096,8192,65536 --pass both \
     --csv "$OUT/bench_res.csv" >"$OUT/bench_res.txt" 2>"$OUT/bench_res.err"
+  # the PyTorch package's residual call: no dresidual (it is dx)
+  "$FN" bench --backend cuda --norm rms --residual --no-dresidual --dtype bf16 --cols 1024,4096,8192,65536 --pass bwd \
+    --csv "$OUT/bench_res_nodr.csv" >"$OUT/bench_res_nodr.txt" 2>"$OUT/bench_res_nodr.err"
   for m in 512 4096 32768 131072; do
     "$FN" bench --backend cuda --norm rms --dtype bf16 --rows $m --cols 2048,8192 --pass bwd --atomic
   done >"$OUT/bench_atomic.txt" 2>"$OUT/bench_atomic.err"
@@ -239,7 +245,7 @@ fi
 echo
 echo "================ summary ================"
 cat "$SUMMARY"
-for f in bench_rms bench_ln bench_res; do [ -f "$OUT/$f.txt" ] && { echo "-- $f"; cat "$OUT/$f.txt"; }; done
+for f in bench_rms bench_ln bench_res bench_res_nodr; do [ -f "$OUT/$f.txt" ] && { echo "-- $f"; cat "$OUT/$f.txt"; }; done
 [ -f "$OUT/bench_atomic.txt" ] && { echo "-- atomic vs deterministic"; cat "$OUT/bench_atomic.txt"; }
 echo "-- summary"
 cat "$SUMMARY"

@@ -69,7 +69,8 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
             if (wide ? !pb->wide_bwd : cluster > cap) continue;
             /* Powers of two below a warp (the shuffle reduction needs aligned
              * groups), then any whole number of warps up to 512. */
-            for (int tpr = 1; tpr <= 512; tpr = tpr < 32 ? tpr * 2 : tpr + 32) {
+            const int max_tpr = pb->max_tpr > 0 && pb->max_tpr < 512 ? pb->max_tpr : 512;
+            for (int tpr = 1; tpr <= max_tpr; tpr = tpr < 32 ? tpr * 2 : tpr + 32) {
                 if (tpr * ept < vec) continue; /* a thread holds at least one vector */
                 const int64_t coverage = (int64_t)cluster * tpr * ept;
                 if (coverage < pb->cols) continue;

@@ -31,6 +31,8 @@ typedef struct fn_plan_problem {
     int max_cluster;      /* largest cluster the device launches (1 without cluster support) */
     int wide_bwd;         /* backward: the 32-element tile is launchable (16-bit x and dy of the activation
                            * dtype, staged: the backend checks shared memory); 0 leaves it out */
+    int max_tpr;          /* threads per row at most (0: 512). The SHIFT kernels take 256: with their
+                           * 128 registers a CTA of more than 256 threads is alone on its SM */
 } fn_plan_problem;
 
 typedef struct fn_plan {
@@ -45,6 +47,15 @@ typedef struct fn_plan {
 
 /* Rows this long without vector access take the two-pass path (plan.c). */
 #define FN_PLAN_SCALAR_TWO_PASS_COLS 1024
+
+/* Rows off a 16-byte boundary take the SHIFT kernels (realigned in shared
+ * memory; the backend checks dtypes and alignment) up to this many columns,
+ * and the two-pass kernels past it. Measured (H200, bf16, M = 32768, GB/s,
+ * two-pass -> SHIFT): N = 1001 RMSNorm fwd 970 -> 1726, bwd 573 -> 1392,
+ * LayerNorm 833 -> 1436, 566 -> 1210; N = 2047 RMSNorm 1994 -> 1898,
+ * 1435 -> 1528, LayerNorm 1452 -> 1547, 1236 -> 1375; N = 4097 and more
+ * 0.45-0.91x (the general kernel's per-row costs, three barriers per row). */
+#define FN_PLAN_SHIFT_MAX_COLS 2048
 
 /* The element-per-thread values the kernels are instantiated for (the
  * backward's 32 only for 16-bit rows with vector access; see wide_bwd). */

@@ -128,11 +128,11 @@ static int run_fwd(const th_case *c, fusednorm_backend be, const th_tensor *w, c
         }
     }
     if (c->store_rstd) {
-        th_alloc(&rstd, be, FUSEDNORM_F32, R, 1, 0, c->misalign);
+        th_alloc(&rstd, be, FUSEDNORM_F32, R, 1, 0, c->misalign == 1);
         th_poison(&rstd);
     }
     if (c->store_mean) {
-        th_alloc(&mean, be, FUSEDNORM_F32, R, 1, 0, c->misalign);
+        th_alloc(&mean, be, FUSEDNORM_F32, R, 1, 0, c->misalign == 1);
         th_poison(&mean);
     }
 
@@ -274,12 +274,12 @@ static int run_bwd(const th_case *c, fusednorm_backend be, const th_tensor *w, t
     }
     const int accumulate = (c->flags & FUSEDNORM_ACCUMULATE) != 0;
     if (c->dweight_on) {
-        th_alloc(&dw, be, c->dweight, 1, N, 0, c->misalign);
+        th_alloc(&dw, be, c->dweight, 1, N, 0, c->misalign == 1);
         if (accumulate) th_fill(&dw, -1.0, 1.0);
         else th_poison(&dw);
     }
     if (c->dbias_on) {
-        th_alloc(&db, be, c->dbias, 1, N, 0, c->misalign);
+        th_alloc(&db, be, c->dbias, 1, N, 0, c->misalign == 1);
         if (accumulate) th_fill(&db, -1.0, 1.0);
         else th_poison(&db);
     }
@@ -298,11 +298,11 @@ static int run_bwd(const th_case *c, fusednorm_backend be, const th_tensor *w, t
         fn_ref_fwd(&f, NULL, NULL, st_rstd, st_mean);
     }
     if (c->bwd_stats_given) {
-        th_alloc(&rstd, be, FUSEDNORM_F32, R, 1, 0, c->misalign);
+        th_alloc(&rstd, be, FUSEDNORM_F32, R, 1, 0, c->misalign == 1);
         for (int64_t i = 0; i < R; i++) ((float *)th_host(&rstd))[i] = (float)st_rstd[i];
         th_upload(&rstd);
         if (ln) {
-            th_alloc(&mean, be, FUSEDNORM_F32, R, 1, 0, c->misalign);
+            th_alloc(&mean, be, FUSEDNORM_F32, R, 1, 0, c->misalign == 1);
             for (int64_t i = 0; i < R; i++) ((float *)th_host(&mean))[i] = (float)st_mean[i];
             th_upload(&mean);
         }
@@ -471,11 +471,11 @@ int th_run_case(const th_case *c, fusednorm_backend be, th_case_result *res)
         res->cols = c->cols;
     }
     th_tensor w, b;
-    th_alloc(&w, be, c->weight, 1, c->cols, 0, c->misalign);
+    th_alloc(&w, be, c->weight, 1, c->cols, 0, c->misalign == 1);
     /* Gemma-style weights sit around 0 (the offset adds 1), plain ones around 1. */
     if (c->weight_offset != 0.0f) th_fill(&w, -0.5, 0.5);
     else th_fill(&w, 0.5, 1.5);
-    th_alloc(&b, be, c->bias, 1, c->cols, 0, c->misalign);
+    th_alloc(&b, be, c->bias, 1, c->cols, 0, c->misalign == 1);
     th_fill(&b, -0.5, 0.5);
     if (!c->skip_fwd) run_fwd(c, be, &w, &b, res);
     if (!c->skip_bwd) run_bwd(c, be, &w, res);

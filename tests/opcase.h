@@ -24,7 +24,8 @@ typedef struct th_case {
     int dresidual_out_on, dresidual_on, dweight_on, dbias_on;
     unsigned flags;
     int64_t pad;  /* > 0: 2-D tensors get row strides cols + k*pad (k differs per tensor) */
-    int misalign; /* every base pointer shifted by one element */
+    int misalign; /* 1: every base pointer shifted by one element; 2: the activations
+                   * only (x, residual, y, dy, dx, ...), weights and statistics aligned */
     int alias_y_x, alias_resout_res, alias_resout_x, alias_dx_dy, alias_dres_dresout;
     int skip_fwd, skip_bwd;
     int nonfinite; /* NaN/Inf planted in x (fwd, bwd) and dy: they must propagate as IEEE does */

@@ -251,6 +251,47 @@ void th_suite_training(fusednorm_backend be)
             }
 }
 
+/* Rows that start off a 16-byte boundary while the weight stays aligned:
+ * odd N (each row at another byte offset), odd row pitches (pad) and
+ * activations at an odd element offset (misalign 2). On CUDA, 16-bit rows of
+ * one activation dtype up to FN_PLAN_SHIFT_MAX_COLS (2048) run the SHIFT
+ * kernels there (realigned in shared memory), longer ones two-pass; the
+ * awkward shapes above reach them only now and then. (Past 2048 they ran,
+ * and passed, SHIFT kernels in clusters too, before the limit.) */
+void th_suite_shifted(fusednorm_backend be)
+{
+    static const int64_t cols[] = {1, 7, 9, 127, 1001, 2047, 4097, 8191, 12289, 65537};
+    static const fusednorm_dtype dts[2] = {FUSEDNORM_BF16, FUSEDNORM_F16};
+    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
+        for (int d = 0; d < 2; d++)
+            for (int kind = 0; kind < 6; kind++) {
+                /* 0: RMSNorm; 1: LayerNorm with bias; 2: RMSNorm with the
+                 * residual stream; 3: in place (y == x, dx == dy, ...);
+                 * 4: activations one element off, padded pitches;
+                 * 5: LayerNorm with every feature, odd pitches */
+                const fusednorm_norm norm = kind == 1 || kind == 5 ? FUSEDNORM_LAYERNORM : FUSEDNORM_RMSNORM;
+                th_case c = th_case_default(norm, cols[i] > 32768 ? 9 : 33, cols[i], dts[d]);
+                c.store_rstd = 1;
+                c.store_mean = norm == FUSEDNORM_LAYERNORM;
+                c.bwd_stats_given = 1;
+                c.dweight_on = 1;
+                if (kind == 1) c.bias_on = c.dbias_on = 1;
+                if (kind == 2) c.residual_on = c.residual_out_on = c.dresidual_out_on = c.dresidual_on = 1;
+                if (kind == 3) apply_features(&c, 8);
+                if (kind == 4) {
+                    c.misalign = 2;
+                    c.pad = 8;
+                    c.bwd_stats_given = 0;
+                }
+                if (kind == 5) {
+                    apply_features(&c, 1);
+                    c.pad = 3;
+                }
+                fix_alias_dtypes(&c);
+                run_on(c, be);
+            }
+}
+
 void th_suite_all(fusednorm_backend be)
 {
     th_suite_nonfinite(be);
@@ -258,4 +299,5 @@ void th_suite_all(fusednorm_backend be)
     th_suite_features(be);
     th_suite_mixes(be);
     th_suite_shapes(be);
+    th_suite_shifted(be);
 }

@@ -12,6 +12,7 @@ void th_suite_mixes(fusednorm_backend be);    /* dtype mixes (CUDA: design's req
 void th_suite_shapes(fusednorm_backend be);   /* awkward shapes, rows == 0, big padding */
 void th_suite_nonfinite(fusednorm_backend be); /* NaN/Inf inputs propagate, other rows unaffected */
 void th_suite_training(fusednorm_backend be);  /* the usual training calls at row lengths that fill a tile */
+void th_suite_shifted(fusednorm_backend be);  /* rows off a 16-byte boundary, weights aligned */
 void th_suite_all(fusednorm_backend be);
 
 #endif

@@ -160,6 +160,13 @@ static int tensor_vec_ok(const fusednorm_tensor *t)
 
 static int vector_vec_ok(const void *p) { return !p || aligned16(p); }
 
+/* The SHIFT kernels' condition on an activation tensor: absent, or of the
+ * 16-bit activation dtype at an element-aligned address (any row pitch). */
+static int tensor_shift_ok(const fusednorm_tensor *t, fusednorm_dtype act)
+{
+    return !t->data || (t->dtype == act && ((uintptr_t)t->data & 1u) == 0);
+}
+
 /* ---- occupancy (cached) ---------------------------------------------------- */
 
 /* The features besides the plan and dtypes that change which kernel a rows
@@ -176,10 +183,11 @@ static int occ_variant(int is_bwd, const void *params, const fn_plan *pl)
          * variant that stages dresidual_out (bwd_is_plain_residual) */
         const int res_same = b->dt_dres_out == b->dt_dx && (!b->dres || b->dt_dres == b->dt_dx);
         return (b->w != NULL) | (b->db != NULL) << 1 | (b->dres_out != NULL) << 2 | (b->dres != NULL) << 3 | exact << 4 |
-               res_same << 5;
+               res_same << 5 | (b->shift != 0) << 6;
     }
     const fn_fwd_params *f = (const fn_fwd_params *)params;
-    return (f->w != NULL) | (f->b != NULL) << 1 | (f->res_out != NULL) << 2 | (f->dt_y == f->dt_x) << 3 | exact << 4;
+    return (f->w != NULL) | (f->b != NULL) << 1 | (f->res_out != NULL) << 2 | (f->dt_y == f->dt_x) << 3 | exact << 4 |
+           (f->shift != 0) << 5;
 }
 
 static fusednorm_status max_active(int device, int is_bwd, const void *params, const fn_plan *pl, const char *fn,
@@ -272,6 +280,15 @@ static void plan_override(const char *var, int is_bwd, int64_t cols, int x_bytes
     pl->threads = pl->rows_per_block * tpr;
 }
 
+/* Lab knob: FUSEDNORM_SHIFT_MAX_COLS=K moves the SHIFT kernels' limit
+ * (FN_PLAN_SHIFT_MAX_COLS) to K columns, to measure them past it. Not for
+ * production. */
+static int64_t shift_max_cols(void)
+{
+    const char *v = getenv("FUSEDNORM_SHIFT_MAX_COLS");
+    return v ? strtoll(v, NULL, 10) : FN_PLAN_SHIFT_MAX_COLS;
+}
+
 /* Sanitizer knob (bench/device.sh sanitize): FUSEDNORM_GRID_CAP=K keeps the
  * persistent grids to at most K CTAs (clusters), so that a small problem still
  * walks several rows per CTA and exercises the pipeline's stage reuse, the
@@ -354,12 +371,32 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     const int vec_ok = a->cols % vec == 0 && tensor_vec_ok(&a->x) && tensor_vec_ok(&a->residual) &&
                        tensor_vec_ok(&a->y) && tensor_vec_ok(&a->residual_out) && vector_vec_ok(a->weight.data) &&
                        vector_vec_ok(a->bias.data);
-    fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok, df.cc_major, 16, 0};
+    /* Rows off a 16-byte boundary (odd N, odd pitches, offset pointers) keep
+     * the vector tile when every activation is of the 16-bit dtype and the
+     * weight and bias are aligned: the SHIFT kernel realigns them in shared
+     * memory. Otherwise they take the scalar register tile or two-pass. */
+    const int shift_ok = !vec_ok && x_bytes == 2 && a->cols <= shift_max_cols() && tensor_shift_ok(&a->x, act) &&
+                         tensor_shift_ok(&a->residual, act) &&
+                         tensor_shift_ok(&a->y, act) && tensor_shift_ok(&a->residual_out, act) &&
+                         vector_vec_ok(a->weight.data) && vector_vec_ok(a->bias.data);
+    fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16, 0, shift_ok ? 256 : 0};
     fn_plan pl = fn_plan_make(&pb);
     plan_override("FUSEDNORM_PLAN_FWD", 0, a->cols, x_bytes, &pl);
     p.tpr = pl.tpr;
     p.rows_per_block = pl.rows_per_block;
     p.cluster = pl.cluster;
+    if (shift_ok) {
+        p.shift = pl.path == FN_PATH_ROWS_IN_REGISTERS && fn_fwd_shift_fits(&p, pl.ept);
+        if (!p.shift) { /* as without the SHIFT kernel */
+            pb.vec_ok = 0;
+            pb.max_tpr = 0;
+            pl = fn_plan_make(&pb);
+            plan_override("FUSEDNORM_PLAN_FWD", 0, a->cols, x_bytes, &pl);
+            p.tpr = pl.tpr;
+            p.rows_per_block = pl.rows_per_block;
+            p.cluster = pl.cluster;
+        }
+    }
 
     int err = 0;
     if (pl.path == FN_PATH_ROWS_IN_REGISTERS) {
@@ -470,13 +507,29 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     const int vec_ok = a->cols % vec == 0 && tensor_vec_ok(&a->dy) && tensor_vec_ok(&a->x) &&
                        tensor_vec_ok(&a->dresidual_out) && tensor_vec_ok(&a->dx) && tensor_vec_ok(&a->dresidual) &&
                        vector_vec_ok(a->weight.data);
-    fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok, df.cc_major, 16, fn_bwd_wide_fits(p)};
-    st->plan = fn_plan_make(&pb);
-    plan_override("FUSEDNORM_PLAN_BWD", 1, a->cols, x_bytes, &st->plan);
+    /* Rows off a 16-byte boundary: the SHIFT kernel, as in the forward. */
+    const int shift_ok = !vec_ok && x_bytes == 2 && a->cols <= shift_max_cols() && tensor_shift_ok(&a->dy, act) &&
+                         tensor_shift_ok(&a->x, act) &&
+                         tensor_shift_ok(&a->dresidual_out, act) && tensor_shift_ok(&a->dx, act) &&
+                         tensor_shift_ok(&a->dresidual, act) && vector_vec_ok(a->weight.data);
+    /* SHIFT: no 32-element tile (fn_bwd_shift_fits), CTAs of at most 256 threads (plan.h). */
+    fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16,
+                          shift_ok ? 0 : fn_bwd_wide_fits(p), shift_ok ? 256 : 0};
     fn_plan *pl = &st->plan;
-    p->tpr = pl->tpr;
-    p->rows_per_block = pl->rows_per_block;
-    p->cluster = pl->cluster;
+    for (;;) {
+        *pl = fn_plan_make(&pb);
+        plan_override("FUSEDNORM_PLAN_BWD", 1, a->cols, x_bytes, pl);
+        p->tpr = pl->tpr;
+        p->rows_per_block = pl->rows_per_block;
+        p->cluster = pl->cluster;
+        if (!shift_ok || !pb.vec_ok) break;
+        p->shift = pl->path == FN_PATH_ROWS_IN_REGISTERS && fn_bwd_shift_fits(p, pl->ept, pl->threads);
+        if (p->shift) break;
+        /* Does not fit: as without the SHIFT kernel. */
+        pb.vec_ok = 0;
+        pb.max_tpr = 0;
+        pb.wide_bwd = fn_bwd_wide_fits(p);
+    }
 
     const int64_t groups = (a->rows + pl->rows_per_block - 1) / pl->rows_per_block;
     int active = 0;

@@ -31,6 +31,10 @@ namespace cg = cooperative_groups;
  * for the weight cache and more CTAs. */
 constexpr int FN_STAGES = 2;
 constexpr size_t FN_MAX_STAGE_BYTES = 96 * 1024;
+/* The SHIFT kernels (rows off a 16-byte boundary) wait for a whole stage
+ * and then a barrier before a row starts (a vector spans two threads'
+ * chunks): one more stage keeps two rows in flight during that wait. */
+constexpr int FN_SHIFT_STAGES = 3;
 
 /* Vectors per thread that the two-pass forward loads ahead of their use
  * (for_each_column_batched). Measured (H200, against one): 2 vectors +16% at
@@ -405,6 +409,133 @@ __device__ __forceinline__ void read_cache(const float *cache, int k, int lane, 
         const int c = (k * tpr + lane) * VEC;
         #pragma unroll
         for (int j = 0; j < VEC; j++) v[j] = cache[c + j];
+    }
+}
+
+/* ---- rows that start off a 16-byte boundary (the SHIFT kernels) ----------
+ * Odd N (or an odd row pitch, or an offset pointer) puts most rows of a
+ * 16-bit tensor at a byte offset s = address % 16 that is not 0, so no
+ * column-aligned 16-byte vector can be loaded from global memory. The SHIFT
+ * variants of the register kernels keep their column-aligned vectors (the
+ * weight cache, the dweight partials and the reductions stay as they are)
+ * and move the realignment into shared memory:
+ *  - inputs: the row's aligned 16-byte chunks base + 16 m (base = address - s)
+ *    are staged in order, one run per row (cp.async with a source size, so
+ *    that nothing past the row's last byte is read; the first chunk starts
+ *    at most 15 bytes before the row, in the same allocation since
+ *    allocations are 256-byte aligned). Column vector v of the row is then
+ *    bytes [s + 16 v, s + 16 v + 16) of the run: the tail of chunk v and the
+ *    head of chunk v + 1 (realign16).
+ *  - outputs: each thread writes its column vector v into a run at chunk
+ *    v + 1 (chunk 0 is padding); after a barrier, the output's aligned chunk m
+ *    is bytes [16 + 16 m - s, ...) of that run, stored whole with one 16-byte
+ *    store, or element by element where it holds bytes outside the row
+ *    (the row's first and last chunk).
+ * s is uniform per row (per warp when a row spans whole warps). */
+
+/* Run length in chunks: K * tpr vectors need K * tpr + 1 input chunks, and
+ * the output run has a padding chunk in front and one behind. */
+__host__ __device__ constexpr int shift_run_chunks(int vectors) { return vectors + 2; }
+
+/* Bytes [s, s + 16) of the 32 bytes a, b (s in 0..15). */
+__device__ __forceinline__ uint4 realign16(const uint4 &a, const uint4 &b, int s)
+{
+    const unsigned o = (unsigned)(s & 3) * 8u;
+    auto f = [o](unsigned lo, unsigned hi) { return __funnelshift_r(lo, hi, o); };
+    switch (s >> 2) {
+    case 0: return make_uint4(f(a.x, a.y), f(a.y, a.z), f(a.z, a.w), f(a.w, b.x));
+    case 1: return make_uint4(f(a.y, a.z), f(a.z, a.w), f(a.w, b.x), f(b.x, b.y));
+    case 2: return make_uint4(f(a.z, a.w), f(a.w, b.x), f(b.x, b.y), f(b.y, b.z));
+    default: return make_uint4(f(a.w, b.x), f(b.x, b.y), f(b.y, b.z), f(b.z, b.w));
+    }
+}
+
+/* cp.async of the part of a 16-byte chunk that lies before `end` (the
+ * rest of the destination is zero-filled); nothing when none does. */
+__device__ __forceinline__ void cp_async16_upto_s(unsigned s, const char *gmem, const char *end)
+{
+    const long long rem = end - gmem;
+    if (rem <= 0) return;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned n = rem >= 16 ? 16u : (unsigned)rem;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+#else
+    (void)s;
+#endif
+}
+
+/* One row of a shifted tensor as this CTA sees it: the slice's first byte,
+ * its aligned base, and the end of what may be read (the row's end) or
+ * written (the slice's end). */
+struct ShiftedRow {
+    const char *start, *base, *end;
+    int s;
+};
+__device__ __forceinline__ ShiftedRow shifted_row(const void *t, int64_t row, int64_t stride, int64_t slice,
+                                                  int64_t len, int elem_bytes)
+{
+    ShiftedRow r;
+    r.start = (const char *)t + (row * stride + slice) * elem_bytes;
+    r.s = (int)((uintptr_t)r.start & 15u);
+    r.base = r.start - r.s;
+    r.end = r.start + len * elem_bytes;
+    return r;
+}
+
+/* Stages chunks m = k * tpr + lane (k < K) of the row into run (a shared
+ * address, 16-byte chunks), and lane 0 the last chunk m = K * tpr. */
+template <int K>
+__device__ __forceinline__ void issue_shifted(unsigned run, const ShiftedRow &r, int lane, int tpr)
+{
+    #pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int m = k * tpr + lane;
+        cp_async16_upto_s(run + (unsigned)m * 16u, r.base + 16 * (int64_t)m, r.end);
+    }
+    if (lane == 0) cp_async16_upto_s(run + (unsigned)(K * tpr) * 16u, r.base + 16 * (int64_t)K * tpr, r.end);
+}
+
+/* Column vector v of a staged shifted row as fp32. */
+template <typename TX, int VEC>
+__device__ __forceinline__ void unstage_shifted(const uint4 *run, int v, int s, float (&out)[VEC])
+{
+    static_assert(VEC * sizeof(TX) == 16, "one 16-byte chunk per vector");
+    unpack_raw<TX, VEC>(realign16(run[v], run[v + 1], s), out);
+}
+
+/* Column vector v of an output row into its run (see above). */
+template <typename TX, int VEC>
+__device__ __forceinline__ void put_shifted(uint4 *run, int v, const float (&y)[VEC])
+{
+    static_assert(VEC * sizeof(TX) == 16, "one 16-byte chunk per vector");
+    run[v + 1] = make_uint4(vec_word<TX, VEC>(y, 0), vec_word<TX, VEC>(y, 1), vec_word<TX, VEC>(y, 2),
+                            vec_word<TX, VEC>(y, 3));
+}
+
+/* Stores the output row's aligned chunk m from its run: whole when it lies
+ * within [r.start, r.end), else the elements that do. */
+template <typename TX>
+__device__ __forceinline__ void store_shifted_chunk(const uint4 *run, int m, const ShiftedRow &r)
+{
+    char *dst = const_cast<char *>(r.base) + 16 * (int64_t)m;
+    if (dst + 16 <= r.start || dst >= r.end) return; /* before or past the slice (run bounds too) */
+    const int off = 16 + 16 * m - r.s;
+    const uint4 u = realign16(run[off >> 4], run[(off >> 4) + 1], off & 15);
+    if (dst >= r.start && dst + 16 <= r.end) {
+        st_global16(dst, u);
+    } else {
+        const unsigned w[4] = {u.x, u.y, u.z, u.w};
+        #pragma unroll
+        for (int e = 0; e < 16 / (int)sizeof(TX); e++) {
+            char *d = dst + e * (int)sizeof(TX);
+            if (d < r.start || d >= r.end) continue;
+            if constexpr (sizeof(TX) == 4) {
+                *reinterpret_cast<unsigned *>(d) = w[e];
+            } else {
+                const unsigned short h = (unsigned short)(w[e >> 1] >> ((e & 1) * 16));
+                *reinterpret_cast<unsigned short *>(d) = h;
+            }
+        }
     }
 }
 

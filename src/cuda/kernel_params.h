@@ -29,6 +29,8 @@ typedef struct fn_fwd_params {
                                        * shared memory as fp32, at this byte offset of the dynamic area */
     int smem_max;                     /* dynamic shared memory a rows CTA may take (the device's opt-in
                                        * limit less the kernels' static part): bounds stages + cache */
+    int shift;                        /* rows off a 16-byte boundary, realigned in shared memory (the
+                                       * SHIFT kernel; the backend checks fn_fwd_shift_fits) */
 } fn_fwd_params;
 
 typedef struct fn_bwd_params {
@@ -49,12 +51,17 @@ typedef struct fn_bwd_params {
     int smem_acc;                     /* two-pass: partial sums in shared memory, each partial row written once */
     float *row_stats;                 /* column split: [rows][4] = rstd, mean, c1, c2 (two-pass writes them, no dx) */
     int64_t rows_per_group;           /* column split: rows summed into one partial row */
+    int shift;                        /* as in fn_fwd_params (fn_bwd_shift_fits) */
 } fn_bwd_params;
 
 /* Launchers: return 0 or a cudaError_t value. `stream` is a cudaStream_t.
  * vec/ept/threads/grid come from the plan (src/plan.h). */
 int fn_launch_fwd_rows(const fn_fwd_params *p, int vec, int ept, int grid, int threads, void *stream);
 int fn_launch_fwd_two_pass(const fn_fwd_params *p, int grid, int threads, void *stream);
+/* Whether the forward's SHIFT kernel can run this call with the plan in p
+ * (tpr, rows_per_block) and ept: 16-bit x, its shared memory within
+ * p->smem_max. The backend checks dtypes and alignment. */
+int fn_fwd_shift_fits(const fn_fwd_params *p, int ept);
 int fn_launch_bwd_rows(const fn_bwd_params *p, int vec, int ept, int grid, int threads, void *stream);
 int fn_launch_bwd_two_pass(const fn_bwd_params *p, int grid, int threads, void *stream);
 /* Sum `partials` fp32 rows of the workspace in fixed order into dweight/dbias
@@ -69,6 +76,10 @@ int fn_max_active_bwd_two_pass(const fn_bwd_params *p, int threads, int *count);
  * wide_bwd): 16-bit dx with x and dy of the same dtype, and its pipeline
  * stages for 512 threads within p->smem_max. p needs dtypes and smem_max. */
 int fn_bwd_wide_fits(const fn_bwd_params *p);
+/* Whether the backward's SHIFT kernel can run this call with the plan in p
+ * (tpr, rows_per_block), ept and threads: 16-bit dx, its shared memory
+ * within p->smem_max. The backend checks dtypes and alignment. */
+int fn_bwd_shift_fits(const fn_bwd_params *p, int ept, int threads);
 /* Column split backward, pass 2: dx and the dweight/dbias partial rows from
  * p->row_stats; a grid of col_chunks x row_groups CTAs of FN_COLUMNS_THREADS. */
 enum { FN_COLUMNS_THREADS = 256 };

@@ -62,11 +62,19 @@ __device__ __forceinline__ void write_partial_row(float (&acc)[EPT / VEC][VEC], 
     for (int k = 0; k < K; k++) {
         if (!col_ok[k]) continue;
         const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
+        /* A vector past the row's end or off a 16-byte boundary (the SHIFT
+         * kernels: N need not be a multiple of VEC) goes element by element. */
+        const bool whole = col + VEC <= p.cols && (cid * p.cols + col) % 4 == 0;
         if (p.atomic) {
             #pragma unroll
-            for (int j = 0; j < VEC; j++) atomicAdd(dst + col + j, acc[k][j]);
-        } else {
+            for (int j = 0; j < VEC; j++)
+                if (col + j < p.cols) atomicAdd(dst + col + j, acc[k][j]);
+        } else if (whole) {
             store_vec<float, VEC>(dst, cid * p.cols + col, acc[k]);
+        } else {
+            #pragma unroll
+            for (int j = 0; j < VEC; j++)
+                if (col + j < p.cols) dst[cid * p.cols + col + j] = acc[k][j];
         }
     }
 }
@@ -82,9 +90,15 @@ __device__ __forceinline__ void write_partial_row(float (&acc)[EPT / VEC][VEC], 
  * a shared-memory fp32 cache (p.wcache), LayerNorm's extra terms and the
  * dbias accumulation are skipped when not asked for (uniform branches, the
  * row body specialized on LN), and the arithmetic is folded into FMAs. */
-template <typename TX, int VEC, int EPT, bool PIPE, int PLAIN, int TPR = 0, bool EXACT = true> /* see the forward */
-__global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers(const fn_bwd_params p)
+template <typename TX, int VEC, int EPT, bool PIPE, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false> /* see the forward */
+__global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_registers(const fn_bwd_params p)
 {
+    /* SHIFT: rows off a 16-byte boundary, realigned through shared memory as
+     * in the forward (common.cuh): x, dy and dresidual_out staged as runs,
+     * dx and dresidual written back through one run (they hold the same
+     * values). The general kernel only, every activation of dtype TX
+     * (16-bit), the weight cached. */
+    static_assert(!SHIFT || (PIPE && !PLAIN && sizeof(TX) == 2), "SHIFT: staged 16-bit rows, general kernel");
     /* TPR > 0: tpr known at compile time, in a CTA of max(TPR, 256) threads
      * (PLAIN only; see the forward's kernel and launch_plain below). */
     static_assert(TPR == 0 || PLAIN, "TPR: PLAIN variants only");
@@ -126,6 +140,7 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
     const float inv_n = 1.0f / (float)N;
     const bool want_w = p.dw != nullptr, want_b = PLAIN == 2 || (!PLAIN && p.db != nullptr);
     const bool wcache = PLAIN || p.wcache;
+    constexpr int STAGES = SHIFT ? FN_SHIFT_STAGES : FN_STAGES;
 
     float *wc = reinterpret_cast<float *>(dyn_smem + p.wcache_off);
     if (wcache) {
@@ -148,13 +163,17 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
      * sends other mixes to PIPE = false): one 16-byte chunk per vector each. */
     constexpr int chx = PIPE ? VEC * (int)sizeof(TX) / 16 : 0, chy = chx, chr = RES ? chx : 0;
     const int nthr = TPR ? static_tpr_threads(TPR) : (int)blockDim.x;
-    const int per_stage = K * (chx + chy + chr) * nthr; /* uint4 per stage */
+    /* SHIFT: per stage, the runs of x, then dy, then dresidual_out, each one per row of the CTA. */
+    const int run = shift_run_chunks(K * tpr);
+    const int per_stage = SHIFT ? rpb * run * (2 + (has_dres_out ? 1 : 0)) : K * (chx + chy + chr) * nthr; /* uint4 */
     /* Shared-memory addresses for cp.async, converted once. */
     [[maybe_unused]] const unsigned stage_s = smem_addr(stage);
     /* After the stages: each thread's copy of its row's (rstd, mean) per stage,
      * fetched with the row so that the row's first use does not wait on a
      * dependent global load. */
-    float2 *stat_slot = reinterpret_cast<float2 *>(stage + FN_STAGES * per_stage);
+    float2 *stat_slot = reinterpret_cast<float2 *>(stage + STAGES * per_stage);
+    /* SHIFT: dx's output run after the statistics. */
+    [[maybe_unused]] uint4 *dxrun = reinterpret_cast<uint4 *>(stat_slot + STAGES * nthr) + sub * run;
     auto issue = [&](int64_t g, int st) {
         const int64_t row = g * rpb + sub;
         if (g < groups && row < p.rows) {
@@ -162,6 +181,16 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
                 const unsigned ss = smem_addr(&stat_slot[st * nthr + threadIdx.x]);
                 cp_async4_s(ss, p.rstd + row);
                 if (p.is_ln) cp_async4_s(ss + 4, p.mean + row);
+            }
+            if constexpr (SHIFT) {
+                const unsigned rx = stage_s + (unsigned)(st * per_stage + sub * run) * 16u, rn = (unsigned)(rpb * run) * 16u;
+                issue_shifted<K>(rx, shifted_row(p.x, row, p.sx, slice, N - slice, 2), lane, tpr);
+                issue_shifted<K>(rx + rn, shifted_row(p.dy, row, p.sdy, slice, N - slice, 2), lane, tpr);
+                if (has_dres_out)
+                    issue_shifted<K>(rx + 2 * rn, shifted_row(p.dres_out, row, p.sdres_out, slice, N - slice, 2), lane,
+                                     tpr);
+                cp_async_commit();
+                return;
             }
             const unsigned sx = stage_s + (unsigned)(st * per_stage + (int)threadIdx.x) * 16u,
                            sy = sx + (unsigned)(K * chx * nthr) * 16u;
@@ -185,7 +214,7 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
     };
     if constexpr (PIPE)
         #pragma unroll
-        for (int st = 0; st < FN_STAGES - 1; st++) issue(cid + st * nclusters, st);
+        for (int st = 0; st < STAGES - 1; st++) issue(cid + st * nclusters, st);
 
     /* g = dy * (w + w_off) for vector k (dy alone without a weight). */
     auto weight_of = [&](int k, float (&w)[VEC]) {
@@ -211,23 +240,50 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
         /* x and dy held in registers for the whole row: loaded there without
          * the pipeline; with it, unstaged once (HOLD) instead of once per pass. */
         [[maybe_unused]] float xr[PIPE && !HOLD ? 1 : K][VEC], dyr[PIPE && !HOLD ? 1 : K][VEC];
-        const int cur = it % FN_STAGES;
+        const int cur = it % STAGES;
         [[maybe_unused]] const uint4 *sx = stage + cur * per_stage + threadIdx.x;
         [[maybe_unused]] const uint4 *sy = sx + K * chx * nthr;
         [[maybe_unused]] const uint4 *sr = sy + K * chy * nthr; /* RES: dresidual_out */
+        /* SHIFT: the row's runs and byte offsets. */
+        [[maybe_unused]] const uint4 *xrun = stage + cur * per_stage + sub * run, *dyrun = xrun + rpb * run,
+                                     *drrun = dyrun + rpb * run;
+        [[maybe_unused]] int xs = 0, dys = 0, drs = 0;
+        if constexpr (SHIFT) {
+            xs = shifted_row(p.x, row, p.sx, slice, 0, 2).s;
+            dys = shifted_row(p.dy, row, p.sdy, slice, 0, 2).s;
+            if (has_dres_out) drs = shifted_row(p.dres_out, row, p.sdres_out, slice, 0, 2).s;
+        }
+        /* SHIFT: zeros for the columns of vector k past the row's end. */
+        [[maybe_unused]] auto clip = [&](int k, float (&v)[VEC]) {
+            const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
+            if (col + VEC > N)
+                #pragma unroll
+                for (int j = 0; j < VEC; j++)
+                    if (col + j >= N) v[j] = 0.0f;
+        };
         /* x and dy of staged vector k (zeros where the row or column is out of range). */
         [[maybe_unused]] auto unstage = [&](int k, float (&x)[VEC], float (&dy)[VEC]) {
             if (row_ok && col_ok[k]) {
-                unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, dtype_of<TX>::value, x);
-                unstage_vector<TX, VEC>(sy + k * chy * nthr, nthr, dtype_of<TX>::value, dy);
+                if constexpr (SHIFT) {
+                    unstage_shifted<TX, VEC>(xrun, k * tpr + lane, xs, x);
+                    unstage_shifted<TX, VEC>(dyrun, k * tpr + lane, dys, dy);
+                    clip(k, x);
+                    clip(k, dy);
+                } else {
+                    unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, dtype_of<TX>::value, x);
+                    unstage_vector<TX, VEC>(sy + k * chy * nthr, nthr, dtype_of<TX>::value, dy);
+                }
             } else {
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) x[j] = dy[j] = 0.0f;
             }
         };
         if constexpr (PIPE) {
-            issue(g + (FN_STAGES - 1) * nclusters, (it + FN_STAGES - 1) % FN_STAGES);
-            cp_async_wait<FN_STAGES - 1>();
+            issue(g + (STAGES - 1) * nclusters, (it + STAGES - 1) % STAGES);
+            cp_async_wait<STAGES - 1>();
+            /* SHIFT: a vector spans two threads' chunks. Also orders the last
+             * row's output-run reads before this row's writes. */
+            if constexpr (SHIFT) __syncthreads();
             if constexpr (HOLD)
                 #pragma unroll
                 for (int k = 0; k < K; k++) unstage(k, xr[k], dyr[k]);
@@ -289,7 +345,10 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
                 float x[VEC], dy[VEC];
                 fetch(k, x, dy);
                 #pragma unroll
-                for (int j = 0; j < VEC; j++) q[0] += (x[j] - mean) * (x[j] - mean);
+                for (int j = 0; j < VEC; j++) x[j] -= mean;
+                if constexpr (SHIFT) clip(k, x);
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) q[0] += x[j] * x[j];
             }
             row_allreduce<1>(q, sm, buf, tpr, sub, C);
             rstd = rstd_of(q[0], (float)N, p.eps);
@@ -321,7 +380,9 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
             float x[VEC], dy[VEC], w[VEC], dres[VEC], dx[VEC];
             fetch(k, x, dy);
             weight_of(k, w);
-            if constexpr (RES) unstage_vector<TX, VEC>(sr + k * chr * nthr, nthr, dtype_of<TX>::value, dres);
+            if constexpr (SHIFT) {
+                if (has_dres_out) unstage_shifted<TX, VEC>(drrun, k * tpr + lane, drs, dres);
+            } else if constexpr (RES) unstage_vector<TX, VEC>(sr + k * chr * nthr, nthr, dtype_of<TX>::value, dres);
             else if (has_dres_out) load_dyn<TX, VEC>(p.dres_out, p.dt_dres_out, row * p.sdres_out + col, dres);
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
@@ -334,10 +395,31 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_bwd_rows_in_registers
             if (want_b)
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) db[k][j] += dy[j];
+            if constexpr (SHIFT) {
+                put_shifted<TX, VEC>(dxrun, k * tpr + lane, dx);
+                continue;
+            }
             store_vec<TX, VEC>((TX *)p.dx, row * p.sdx + col, dx);
             if constexpr (RES) {
                 if (has_dres) store_vec<TX, VEC>((TX *)p.dres, row * p.sdres + col, dx);
             } else if (has_dres) store_dyn<TX, VEC>(p.dres, p.dt_dres, row * p.sdres + col, dx);
+        }
+        if constexpr (SHIFT) {
+            /* The output run is complete: store its aligned chunks to dx (and dresidual). */
+            __syncthreads();
+            if (row_ok) {
+                const int64_t len = N - slice < tpr * EPT ? N - slice : tpr * EPT;
+                const ShiftedRow dxs = shifted_row(p.dx, row, p.sdx, slice, len, 2);
+                [[maybe_unused]] ShiftedRow drs_out;
+                if (has_dres) drs_out = shifted_row(p.dres, row, p.sdres, slice, len, 2);
+                #pragma unroll
+                for (int k = 0; k <= K; k++) {
+                    if (k == K && lane != 0) break; /* lane 0: the chunk past the last vector */
+                    const int m = k * tpr + lane;
+                    store_shifted_chunk<TX>(dxrun, m, dxs);
+                    if (has_dres) store_shifted_chunk<TX>(dxrun, m, drs_out);
+                }
+            }
         }
     };
 
@@ -631,9 +713,35 @@ static bool bwd_is_plain_residual(const fn_bwd_params &q, int dt)
            (!q.dres || q.dt_dres == dt);
 }
 
+/* Shared memory of the SHIFT kernel (16-bit rows, 8-element vectors):
+ * FN_SHIFT_STAGES stages of the runs of x, dy (and dresidual_out), the statistics,
+ * dx's output run (the partial rows of a multi-row CTA reuse the space after
+ * the row loop), then the weight cache, at *cache_off. */
+static size_t bwd_shift_smem(const fn_bwd_params &p, int ept, int threads, size_t *cache_off)
+{
+    const size_t run = (size_t)shift_run_chunks(ept / 8 * p.tpr) * 16 * p.rows_per_block;
+    size_t body = FN_SHIFT_STAGES * (run * (2 + (p.dres_out != nullptr)) + (size_t)threads * 8) + run;
+    const size_t partial_bytes = p.rows_per_block > 1 ? (size_t)threads * ept * sizeof(float) : 0;
+    if (partial_bytes > body) body = partial_bytes;
+    *cache_off = body;
+    return body + (p.w ? (size_t)p.tpr * ept * sizeof(float) : 0);
+}
+
 template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
+    if constexpr (VEC == 8 && sizeof(TX) == 2 && EPT <= 16) {
+        if (p.shift) { /* the backend checked fn_bwd_shift_fits */
+            fn_bwd_params q = p;
+            size_t off;
+            const size_t smem = bwd_shift_smem(q, EPT, threads, &off);
+            q.pipe = 1;
+            q.wcache = q.w != nullptr;
+            q.wcache_off = (int)off;
+            return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 0, 0, true, true>, q, grid, threads,
+                                   smem, p.cluster, stream, active);
+        }
+    }
     const size_t partial_bytes = p.rows_per_block > 1 ? (size_t)threads * EPT * sizeof(float) : 0;
     /* Staged only where x and dy are of the activation dtype (the kernel's
      * pipeline is specialized on it); other mixes load straight into registers. */
@@ -772,6 +880,16 @@ extern "C" int fn_bwd_wide_fits(const fn_bwd_params *p)
 {
     const size_t stages = fn::bwd_stage_bytes<__half, 8, 32>(512, 2) + fn::bwd_stat_bytes(512);
     return p->dt_dx != FN_DT_F32 && p->dt_x == p->dt_dx && p->dt_dy == p->dt_dx && stages <= (size_t)p->smem_max;
+}
+
+extern "C" int fn_bwd_shift_fits(const fn_bwd_params *p, int ept, int threads)
+{
+    size_t off;
+    /* Not the 32-element tile: with the general kernel's dweight and dbias
+     * accumulators it spills (328 bytes), and its stages leave no room for
+     * the weight cache. */
+    return (p->dt_dx == FN_DT_F16 || p->dt_dx == FN_DT_BF16) && ept >= 8 && ept <= 16 &&
+           fn::bwd_shift_smem(*p, ept, threads, &off) <= (size_t)p->smem_max;
 }
 
 extern "C" int fn_max_active_bwd_two_pass(const fn_bwd_params *p, int threads, int *count)

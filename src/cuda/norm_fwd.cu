@@ -28,9 +28,15 @@ namespace fn {
  * 512 threads; the PLAIN variants ask for one resident 512-thread CTA (up to
  * 128 registers), since under the bare bound ptxas squeezed some of them into
  * 64 registers with spills (ncu: local-memory traffic in the forward). */
-template <typename TX, int VEC, int EPT, int PLAIN, int TPR = 0, bool EXACT = true>
-__global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_fwd_rows_in_registers(const fn_fwd_params p)
+template <typename TX, int VEC, int EPT, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false>
+__global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_fwd_rows_in_registers(const fn_fwd_params p)
 {
+    /* SHIFT: rows off a 16-byte boundary (odd N, odd pitches), realigned
+     * through shared memory (see "rows that start off a 16-byte boundary" in
+     * common.cuh): x and residual staged as runs of aligned chunks, y and
+     * residual_out written back through runs. The general kernel only; every
+     * activation of dtype TX (16-bit), the weight and bias cached. */
+    static_assert(!SHIFT || (!PLAIN && VEC > 1 && sizeof(TX) == 2), "SHIFT: staged 16-bit rows, general kernel");
     /* TPR > 0: threads per row known at compile time (PLAIN variants of the
      * planner's usual shapes, see launch_plain): every shared-memory and
      * global offset of a vector becomes an immediate, and the reductions'
@@ -57,13 +63,19 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_fwd_rows_in_registers
     /* A persistent grid: each CTA (or cluster) walks row groups with a fixed
      * stride. With vector access the next group's x (and residual) stream into
      * shared memory (cp.async) while this one is reduced and written. */
-    const bool pipe = PLAIN || (VEC > 1 && p.pipe);
+    const bool pipe = PLAIN || SHIFT || (VEC > 1 && p.pipe);
+    constexpr int STAGES = SHIFT ? FN_SHIFT_STAGES : FN_STAGES;
     extern __shared__ __align__(16) unsigned char dyn_smem[];
     uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
     /* x is of dtype TX: one 16-byte chunk per vector; the residual may be fp32. */
     constexpr int chx = VEC * (int)sizeof(TX) / 16;
     const int nthr = TPR ? static_tpr_threads(TPR) : (int)blockDim.x, chr = has_res ? chunks_of<TX, VEC>(p.dt_res) : 0;
-    const int per_stage = K * (chx + chr) * nthr;
+    /* SHIFT: per stage, x's runs of the CTA's rows, then the residual's. */
+    const int run = shift_run_chunks(K * tpr), rpb = p.rows_per_block;
+    const int per_stage = SHIFT ? rpb * run * (1 + (has_res ? 1 : 0)) : K * (chx + chr) * nthr;
+    /* SHIFT: the output runs of y (and residual_out) after the stages. */
+    [[maybe_unused]] uint4 *yrun = stage + STAGES * per_stage + sub * run,
+                           *rorun = yrun + (has_res_out ? rpb * run : 0);
     const int rb = has_res ? dtype_bytes(p.dt_res) : 0;
     /* The stages' shared-memory address, converted once (cp.async takes it). */
     const unsigned stage_s = smem_addr(stage);
@@ -84,7 +96,13 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_fwd_rows_in_registers
     auto in_row = [&](int64_t col) { return (PLAIN && EXACT) || col < N; };
     auto issue = [&](int64_t g, int st) {
         const int64_t row = g * p.rows_per_block + sub;
-        if (g < groups && row < p.rows) {
+        if (SHIFT && g < groups && row < p.rows) {
+            const unsigned rx = stage_s + (unsigned)(st * per_stage + sub * run) * 16u;
+            issue_shifted<K>(rx, shifted_row(p.x, row, p.sx, slice, N - slice, 2), lane, tpr);
+            if (has_res)
+                issue_shifted<K>(rx + (unsigned)(rpb * run) * 16u, shifted_row(p.res, row, p.sres, slice, N - slice, 2),
+                                 lane, tpr);
+        } else if (g < groups && row < p.rows) {
             const unsigned sx = stage_s + (unsigned)(st * per_stage + (int)threadIdx.x) * 16u,
                            sr = sx + (unsigned)(K * chx * nthr) * 16u;
             const TX *xrow = (const TX *)p.x + row * p.sx + slice + lane * VEC;
@@ -104,7 +122,7 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_fwd_rows_in_registers
     };
     if (pipe)
         #pragma unroll
-        for (int st = 0; st < FN_STAGES - 1; st++) issue(first + st * stride, st);
+        for (int st = 0; st < STAGES - 1; st++) issue(first + st * stride, st);
     int it = 0;
     for (int64_t group = first; group < groups; group += stride, it++) {
         const int64_t row = group * p.rows_per_block + sub;
@@ -113,16 +131,35 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_fwd_rows_in_registers
         float h[K][VEC];
         bool ok[K];
         if (pipe) {
-            issue(group + (FN_STAGES - 1) * stride, (it + FN_STAGES - 1) % FN_STAGES);
-            cp_async_wait<FN_STAGES - 1>();
+            issue(group + (STAGES - 1) * stride, (it + STAGES - 1) % STAGES);
+            cp_async_wait<STAGES - 1>();
+            /* SHIFT: a vector spans two threads' chunks. Also orders the last
+             * row's output-run reads before this row's writes. */
+            if (SHIFT) __syncthreads();
         }
-        const uint4 *sx = stage + (it % FN_STAGES) * per_stage + threadIdx.x, *sr = sx + K * chx * nthr;
+        const uint4 *sx = stage + (it % STAGES) * per_stage + threadIdx.x, *sr = sx + K * chx * nthr;
+        [[maybe_unused]] const uint4 *xrun = stage + (it % STAGES) * per_stage + sub * run,
+                                     *rrun = xrun + rpb * run;
+        [[maybe_unused]] ShiftedRow xs, rs;
+        if constexpr (SHIFT) {
+            xs = shifted_row(p.x, row, p.sx, slice, N - slice, 2);
+            if (has_res) rs = shifted_row(p.res, row, p.sres, slice, N - slice, 2);
+        }
+        /* SHIFT: zeros for the columns of vector k past the row's end. */
+        [[maybe_unused]] auto clip = [&](int k, float (&v)[VEC]) {
+            const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
+            if (col + VEC > N)
+                #pragma unroll
+                for (int j = 0; j < VEC; j++)
+                    if (col + j >= N) v[j] = 0.0f;
+        };
         #pragma unroll
         for (int k = 0; k < K; k++) {
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
             ok[k] = row_ok && in_row(col);
             if (ok[k]) {
-                if (pipe) unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, dtype_of<TX>::value, h[k]);
+                if constexpr (SHIFT) unstage_shifted<TX, VEC>(xrun, k * tpr + lane, xs.s, h[k]);
+                else if (pipe) unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, dtype_of<TX>::value, h[k]);
                 else load_vec<TX, VEC>((const TX *)p.x, row * p.sx + col, h[k]);
             } else {
                 #pragma unroll
@@ -135,13 +172,21 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_fwd_rows_in_registers
                 if (!ok[k]) continue;
                 const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
                 float r[VEC];
-                if (pipe) unstage_vector<TX, VEC>(sr + k * chr * nthr, nthr, p.dt_res, r);
+                if constexpr (SHIFT) unstage_shifted<TX, VEC>(rrun, k * tpr + lane, rs.s, r);
+                else if (pipe) unstage_vector<TX, VEC>(sr + k * chr * nthr, nthr, p.dt_res, r);
                 else load_dyn<TX, VEC>(p.res, p.dt_res, row * p.sres + col, r);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) h[k][j] += r[j];
             }
         }
-        if (has_res_out) {
+        if constexpr (SHIFT) {
+            #pragma unroll
+            for (int k = 0; k < K; k++) {
+                if (!ok[k]) continue;
+                clip(k, h[k]);
+                if (has_res_out) put_shifted<TX, VEC>(rorun, k * tpr + lane, h[k]);
+            }
+        } else if (has_res_out) {
             #pragma unroll
             for (int k = 0; k < K; k++)
                 if (ok[k])
@@ -160,9 +205,12 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_fwd_rows_in_registers
             mean = s[0] / (float)N;
             /* h - mean from here on (RMSNorm skips it: one FADD per element) */
             #pragma unroll
-            for (int k = 0; k < K; k++)
+            for (int k = 0; k < K; k++) {
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) h[k][j] -= mean;
+                if constexpr (SHIFT)
+                    if (ok[k]) clip(k, h[k]);
+            }
         }
         float q[1] = {0.0f};
         #pragma unroll
@@ -202,8 +250,26 @@ __global__ void __launch_bounds__(512, PLAIN ? 1 : 0) norm_fwd_rows_in_registers
                 if (has_b) v += b[j];
                 y[j] = v;
             }
-            if (PLAIN) store_vec<TX, VEC>((TX *)p.y, row * p.sy + col, y);
+            if constexpr (SHIFT) put_shifted<TX, VEC>(yrun, k * tpr + lane, y);
+            else if (PLAIN) store_vec<TX, VEC>((TX *)p.y, row * p.sy + col, y);
             else store_dyn<TX, VEC>(p.y, p.dt_y, row * p.sy + col, y);
+        }
+        if constexpr (SHIFT) {
+            /* The output runs are complete: store their aligned chunks. */
+            __syncthreads();
+            if (row_ok) {
+                const int64_t len = N - slice < tpr * EPT ? N - slice : tpr * EPT;
+                const ShiftedRow ys = shifted_row(p.y, row, p.sy, slice, len, 2);
+                [[maybe_unused]] ShiftedRow ros;
+                if (has_res_out) ros = shifted_row(p.res_out, row, p.sres_out, slice, len, 2);
+                #pragma unroll
+                for (int k = 0; k <= K; k++) {
+                    if (k == K && lane != 0) break; /* lane 0: the chunk past the last vector */
+                    const int m = k * tpr + lane;
+                    store_shifted_chunk<TX>(yrun, m, ys);
+                    if (has_res_out) store_shifted_chunk<TX>(rorun, m, ros);
+                }
+            }
         }
     }
     if (pipe) cp_async_wait<0>();
@@ -324,9 +390,32 @@ static cudaError_t launch_plain(const fn_fwd_params &q, int grid, int threads, s
     return run_time_tpr();
 }
 
+/* Shared memory of the SHIFT kernel (16-bit rows, 8-element vectors): FN_SHIFT_STAGES
+ * stages of x's (and the residual's) runs, the output runs of y (and
+ * residual_out), then the weight (and bias) cache, at *cache_off. */
+static size_t fwd_shift_smem(const fn_fwd_params &p, int ept, size_t *cache_off)
+{
+    const size_t run = (size_t)shift_run_chunks(ept / 8 * p.tpr) * 16 * p.rows_per_block;
+    const size_t stages = FN_SHIFT_STAGES * run * (1 + (p.res != nullptr)), outs = run * (1 + (p.res_out != nullptr));
+    *cache_off = stages + outs;
+    return stages + outs + (size_t)((p.w != nullptr) + (p.b != nullptr)) * p.tpr * ept * sizeof(float);
+}
+
 template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
+    if constexpr (VEC > 1 && sizeof(TX) == 2) {
+        if (p.shift) { /* the backend checked fn_fwd_shift_fits */
+            fn_fwd_params q = p;
+            size_t off;
+            const size_t smem = fwd_shift_smem(q, EPT, &off);
+            q.pipe = 1;
+            q.wcache = q.w != nullptr || q.b != nullptr;
+            q.wcache_off = (int)off;
+            return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, 0, 0, true, true>, q, grid, threads, smem,
+                                   p.cluster, stream, active);
+        }
+    }
     /* FN_STAGES stages of x (and residual), 16-byte chunks per thread. */
     const size_t chunks = (size_t)chunks_of<TX, VEC>(p.dt_x) + (p.res ? chunks_of<TX, VEC>(p.dt_res) : 0);
     size_t smem = VEC > 1 ? FN_STAGES * (size_t)(EPT / VEC) * chunks * threads * 16 : 0;
@@ -411,6 +500,13 @@ extern "C" int fn_launch_fwd_rows(const fn_fwd_params *p, int vec, int ept, int 
 extern "C" int fn_max_active_fwd_rows(const fn_fwd_params *p, int vec, int ept, int threads, int *count)
 {
     return (int)fn::rows_entry(p, vec, ept, 1, threads, nullptr, count);
+}
+
+extern "C" int fn_fwd_shift_fits(const fn_fwd_params *p, int ept)
+{
+    size_t off;
+    return (p->dt_x == FN_DT_F16 || p->dt_x == FN_DT_BF16) && ept >= 8 &&
+           fn::fwd_shift_smem(*p, ept, &off) <= (size_t)p->smem_max;
 }
 
 extern "C" int fn_launch_fwd_two_pass(const fn_fwd_params *p, int grid, int threads, void *stream)
