@@ -495,6 +495,16 @@ __device__ __forceinline__ void issue_shifted(unsigned run, const ShiftedRow &r,
     if (lane == 0) cp_async16_upto_s(run + (unsigned)(K * tpr) * 16u, r.base + 16 * (int64_t)K * tpr, r.end);
 }
 
+/* Zeros for the columns of a vector at col past the row's end (N): the SHIFT
+ * kernels' last vector may hold bytes of the next row, or stale ones. */
+template <int VEC> __device__ __forceinline__ void clip_past(int64_t col, int64_t N, float (&v)[VEC])
+{
+    if (col + VEC > N)
+        #pragma unroll
+        for (int j = 0; j < VEC; j++)
+            if (col + j >= N) v[j] = 0.0f;
+}
+
 /* Column vector v of a staged shifted row as fp32. */
 template <typename TX, int VEC>
 __device__ __forceinline__ void unstage_shifted(const uint4 *run, int v, int s, float (&out)[VEC])
@@ -513,7 +523,7 @@ __device__ __forceinline__ void put_shifted(uint4 *run, int v, const float (&y)[
 }
 
 /* Stores the output row's aligned chunk m from its run: whole when it lies
- * within [r.start, r.end), else the elements that do. */
+ * within [r.start, r.end), else the elements that do (store_shifted_run). */
 template <typename TX>
 __device__ __forceinline__ void store_shifted_chunk(const uint4 *run, int m, const ShiftedRow &r)
 {
@@ -537,6 +547,17 @@ __device__ __forceinline__ void store_shifted_chunk(const uint4 *run, int m, con
             }
         }
     }
+}
+
+/* Stores a complete output run (after a barrier) to row r: chunks
+ * m = k * tpr + lane (k < K), and lane 0 the last chunk m = K * tpr, as
+ * issue_shifted stages them. */
+template <typename TX, int K>
+__device__ __forceinline__ void store_shifted_run(const uint4 *run, const ShiftedRow &r, int lane, int tpr)
+{
+    #pragma unroll
+    for (int k = 0; k < K; k++) store_shifted_chunk<TX>(run, k * tpr + lane, r);
+    if (lane == 0) store_shifted_chunk<TX>(run, K * tpr, r);
 }
 
 /* ---- rows of any alignment (the two-pass kernels) ---------------------------

@@ -19,7 +19,8 @@
  * fused) may be TX or fp32, like dy, dresidual_out and dresidual.
  *
  * Kernels: norm_bwd_rows_in_registers (row slices in registers, clusters on
- * sm_90, as in the forward), norm_bwd_two_pass (any N, any alignment, rows
+ * sm_90, and a SHIFT variant for rows off a 16-byte boundary, as in the
+ * forward), norm_bwd_two_pass (any N, any alignment, rows
  * peeled to their 16-byte boundary; re-reads the row; partial sums in shared
  * memory when they fit), and for rows whose partials do not fit, the column
  * split: norm_bwd_two_pass writes each row's statistics, then
@@ -255,11 +256,7 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
         }
         /* SHIFT: zeros for the columns of vector k past the row's end. */
         [[maybe_unused]] auto clip = [&](int k, float (&v)[VEC]) {
-            const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
-            if (col + VEC > N)
-                #pragma unroll
-                for (int j = 0; j < VEC; j++)
-                    if (col + j >= N) v[j] = 0.0f;
+            clip_past<VEC>(slice + ((int64_t)k * tpr + lane) * VEC, N, v);
         };
         /* x and dy of staged vector k (zeros where the row or column is out of range). */
         [[maybe_unused]] auto unstage = [&](int k, float (&x)[VEC], float (&dy)[VEC]) {
@@ -409,16 +406,9 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
             __syncthreads();
             if (row_ok) {
                 const int64_t len = N - slice < tpr * EPT ? N - slice : tpr * EPT;
-                const ShiftedRow dxs = shifted_row(p.dx, row, p.sdx, slice, len, 2);
-                [[maybe_unused]] ShiftedRow drs_out;
-                if (has_dres) drs_out = shifted_row(p.dres, row, p.sdres, slice, len, 2);
-                #pragma unroll
-                for (int k = 0; k <= K; k++) {
-                    if (k == K && lane != 0) break; /* lane 0: the chunk past the last vector */
-                    const int m = k * tpr + lane;
-                    store_shifted_chunk<TX>(dxrun, m, dxs);
-                    if (has_dres) store_shifted_chunk<TX>(dxrun, m, drs_out);
-                }
+                store_shifted_run<TX, K>(dxrun, shifted_row(p.dx, row, p.sdx, slice, len, 2), lane, tpr);
+                if (has_dres)
+                    store_shifted_run<TX, K>(dxrun, shifted_row(p.dres, row, p.sdres, slice, len, 2), lane, tpr);
             }
         }
     };

@@ -12,7 +12,9 @@
  *    is held in registers by `tpr` threads, EPT elements each, loaded with
  *    VEC-wide (16-byte) accesses when alignment allows, else one element at a
  *    time. Several rows per CTA when rows are short. Covers N up to
- *    cluster * tpr * EPT (262144 on sm_90).
+ *    cluster * tpr * EPT (262144 on sm_90). Its SHIFT variant takes 16-bit
+ *    rows that start off a 16-byte boundary (odd N, odd pitches), realigned
+ *    in shared memory (common.cuh), up to FN_PLAN_SHIFT_MAX_COLS.
  *  - norm_fwd_two_pass: any N and any alignment. One CTA per row
  *    (grid-stride), re-reading the row from global memory for each statistic
  *    and for the output; rows peeled to their 16-byte boundary.
@@ -147,11 +149,7 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_fwd_rows_in_
         }
         /* SHIFT: zeros for the columns of vector k past the row's end. */
         [[maybe_unused]] auto clip = [&](int k, float (&v)[VEC]) {
-            const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
-            if (col + VEC > N)
-                #pragma unroll
-                for (int j = 0; j < VEC; j++)
-                    if (col + j >= N) v[j] = 0.0f;
+            clip_past<VEC>(slice + ((int64_t)k * tpr + lane) * VEC, N, v);
         };
         #pragma unroll
         for (int k = 0; k < K; k++) {
@@ -259,16 +257,9 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_fwd_rows_in_
             __syncthreads();
             if (row_ok) {
                 const int64_t len = N - slice < tpr * EPT ? N - slice : tpr * EPT;
-                const ShiftedRow ys = shifted_row(p.y, row, p.sy, slice, len, 2);
-                [[maybe_unused]] ShiftedRow ros;
-                if (has_res_out) ros = shifted_row(p.res_out, row, p.sres_out, slice, len, 2);
-                #pragma unroll
-                for (int k = 0; k <= K; k++) {
-                    if (k == K && lane != 0) break; /* lane 0: the chunk past the last vector */
-                    const int m = k * tpr + lane;
-                    store_shifted_chunk<TX>(yrun, m, ys);
-                    if (has_res_out) store_shifted_chunk<TX>(rorun, m, ros);
-                }
+                store_shifted_run<TX, K>(yrun, shifted_row(p.y, row, p.sy, slice, len, 2), lane, tpr);
+                if (has_res_out)
+                    store_shifted_run<TX, K>(rorun, shifted_row(p.res_out, row, p.sres_out, slice, len, 2), lane, tpr);
             }
         }
     }
