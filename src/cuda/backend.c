@@ -280,6 +280,18 @@ static void plan_override(const char *var, int is_bwd, int64_t cols, int x_bytes
     pl->threads = pl->rows_per_block * tpr;
 }
 
+/* The planner's plan for pb, with the lab override of var applied; its shape
+ * (tpr, rows per CTA, cluster) also goes into the launch parameters. */
+static fn_plan plan_for(const fn_plan_problem *pb, const char *var, int *tpr, int *rows_per_block, int *cluster)
+{
+    fn_plan pl = fn_plan_make(pb);
+    plan_override(var, pb->is_bwd, pb->cols, pb->x_bytes, &pl);
+    *tpr = pl.tpr;
+    *rows_per_block = pl.rows_per_block;
+    *cluster = pl.cluster;
+    return pl;
+}
+
 /* Lab knob: FUSEDNORM_SHIFT_MAX_COLS=K moves the SHIFT kernels' limit
  * (FN_PLAN_SHIFT_MAX_COLS) to K columns, to measure them past it. Not for
  * production. */
@@ -380,21 +392,13 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
                          tensor_shift_ok(&a->y, act) && tensor_shift_ok(&a->residual_out, act) &&
                          vector_vec_ok(a->weight.data) && vector_vec_ok(a->bias.data);
     fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16, 0, shift_ok ? 256 : 0};
-    fn_plan pl = fn_plan_make(&pb);
-    plan_override("FUSEDNORM_PLAN_FWD", 0, a->cols, x_bytes, &pl);
-    p.tpr = pl.tpr;
-    p.rows_per_block = pl.rows_per_block;
-    p.cluster = pl.cluster;
+    fn_plan pl = plan_for(&pb, "FUSEDNORM_PLAN_FWD", &p.tpr, &p.rows_per_block, &p.cluster);
     if (shift_ok) {
         p.shift = pl.path == FN_PATH_ROWS_IN_REGISTERS && fn_fwd_shift_fits(&p, pl.ept);
-        if (!p.shift) { /* as without the SHIFT kernel */
+        if (!p.shift) { /* does not fit: as without the SHIFT kernel */
             pb.vec_ok = 0;
             pb.max_tpr = 0;
-            pl = fn_plan_make(&pb);
-            plan_override("FUSEDNORM_PLAN_FWD", 0, a->cols, x_bytes, &pl);
-            p.tpr = pl.tpr;
-            p.rows_per_block = pl.rows_per_block;
-            p.cluster = pl.cluster;
+            pl = plan_for(&pb, "FUSEDNORM_PLAN_FWD", &p.tpr, &p.rows_per_block, &p.cluster);
         }
     }
 
@@ -516,19 +520,15 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16,
                           shift_ok ? 0 : fn_bwd_wide_fits(p), shift_ok ? 256 : 0};
     fn_plan *pl = &st->plan;
-    for (;;) {
-        *pl = fn_plan_make(&pb);
-        plan_override("FUSEDNORM_PLAN_BWD", 1, a->cols, x_bytes, pl);
-        p->tpr = pl->tpr;
-        p->rows_per_block = pl->rows_per_block;
-        p->cluster = pl->cluster;
-        if (!shift_ok || !pb.vec_ok) break;
+    *pl = plan_for(&pb, "FUSEDNORM_PLAN_BWD", &p->tpr, &p->rows_per_block, &p->cluster);
+    if (shift_ok) {
         p->shift = pl->path == FN_PATH_ROWS_IN_REGISTERS && fn_bwd_shift_fits(p, pl->ept, pl->threads);
-        if (p->shift) break;
-        /* Does not fit: as without the SHIFT kernel. */
-        pb.vec_ok = 0;
-        pb.max_tpr = 0;
-        pb.wide_bwd = fn_bwd_wide_fits(p);
+        if (!p->shift) { /* does not fit: as without the SHIFT kernel */
+            pb.vec_ok = 0;
+            pb.max_tpr = 0;
+            pb.wide_bwd = fn_bwd_wide_fits(p);
+            *pl = plan_for(&pb, "FUSEDNORM_PLAN_BWD", &p->tpr, &p->rows_per_block, &p->cluster);
+        }
     }
 
     const int64_t groups = (a->rows + pl->rows_per_block - 1) / pl->rows_per_block;

@@ -654,7 +654,7 @@ template <typename TX, int VEC, int EPT> static size_t bwd_stage_bytes(int threa
 }
 
 /* After the stages: each thread's (rstd, mean) per stage (fn_bwd_wide_fits sizes the wide tile with it too). */
-static size_t bwd_stat_bytes(int threads) { return FN_STAGES * (size_t)threads * 8; }
+static size_t bwd_stat_bytes(int threads, int stages = FN_STAGES) { return stages * (size_t)threads * 8; }
 
 /* The common call, for which the kernel drops its feature branches (PLAIN):
  * the weight cached, no dresidual_out, no dresidual (the pipeline is checked
@@ -710,7 +710,7 @@ static bool bwd_is_plain_residual(const fn_bwd_params &q, int dt)
 static size_t bwd_shift_smem(const fn_bwd_params &p, int ept, int threads, size_t *cache_off)
 {
     const size_t run = (size_t)shift_run_chunks(ept / 8 * p.tpr) * 16 * p.rows_per_block;
-    size_t body = FN_SHIFT_STAGES * (run * (2 + (p.dres_out != nullptr)) + (size_t)threads * 8) + run;
+    size_t body = FN_SHIFT_STAGES * run * (2 + (p.dres_out != nullptr)) + bwd_stat_bytes(threads, FN_SHIFT_STAGES) + run;
     const size_t partial_bytes = p.rows_per_block > 1 ? (size_t)threads * ept * sizeof(float) : 0;
     if (partial_bytes > body) body = partial_bytes;
     *cache_off = body;
