@@ -420,12 +420,17 @@ __device__ __forceinline__ void read_cache(const float *cache, int k, int lane, 
  * weight cache, the dweight partials and the reductions stay as they are)
  * and move the realignment into shared memory:
  *  - inputs: the row's aligned 16-byte chunks base + 16 m (base = address - s)
- *    are staged in order, one run per row (cp.async with a source size, so
- *    that nothing past the row's last byte is read; the first chunk starts
- *    at most 15 bytes before the row, in the same allocation since
- *    allocations are 256-byte aligned). Column vector v of the row is then
- *    bytes [s + 16 v, s + 16 v + 16) of the run: the tail of chunk v and the
- *    head of chunk v + 1 (realign16).
+ *    are staged with cp.async (a source size, so that nothing past the row's
+ *    last byte is read; the first chunk starts at most 15 bytes before the
+ *    row, in the same allocation since allocations are 256-byte aligned),
+ *    chunk m = k * tpr + lane by the thread that owns column vector m, in
+ *    its own slot. Column vector m is bytes [s, s + 16) of chunks m and
+ *    m + 1 (realign16): the thread reads its own chunk and takes the next
+ *    one from its neighbour lane by shuffle; the last thread of each warp
+ *    (or of each row slice shorter than a warp), whose next chunk is not in
+ *    its neighbour's slot, stages its own copy of it ("edge" slots). So each
+ *    thread reads only what it staged, and no barrier is needed after the
+ *    pipeline wait.
  *  - outputs: each thread writes its column vector v into a run at chunk
  *    v + 1 (chunk 0 is padding); after a barrier, the output's aligned chunk m
  *    is bytes [16 + 16 m - s, ...) of that run, stored whole with one 16-byte
@@ -433,9 +438,17 @@ __device__ __forceinline__ void read_cache(const float *cache, int k, int lane, 
  *    (the row's first and last chunk).
  * s is uniform per row (per warp when a row spans whole warps). */
 
-/* Run length in chunks: K * tpr vectors need K * tpr + 1 input chunks, and
- * the output run has a padding chunk in front and one behind. */
+/* Output run length in chunks: K * tpr vectors, a padding chunk in front and
+ * one behind. */
 __host__ __device__ constexpr int shift_run_chunks(int vectors) { return vectors + 2; }
+
+/* Input stages: the threads of a group of min(32, tpr) (a warp, or a row
+ * slice shorter than one) share chunks by shuffle; the last of each group is
+ * an edge. Per tensor and stage: K * nthr own chunks ([k][thread]), then
+ * K * nedges edge copies ([k][edge]). */
+__host__ __device__ constexpr int shift_group(int tpr) { return tpr < 32 ? tpr : 32; }
+__host__ __device__ constexpr int shift_edges(int nthr, int tpr) { return nthr / shift_group(tpr); }
+__host__ __device__ constexpr int shift_stage_chunks(int k, int nthr, int tpr) { return k * (nthr + shift_edges(nthr, tpr)); }
 
 /* Bytes [s, s + 16) of the 32 bytes a, b (s in 0..15). */
 __device__ __forceinline__ uint4 realign16(const uint4 &a, const uint4 &b, int s)
@@ -482,17 +495,22 @@ __device__ __forceinline__ ShiftedRow shifted_row(const void *t, int64_t row, in
     return r;
 }
 
-/* Stages chunks m = k * tpr + lane (k < K) of the row into run (a shared
- * address, 16-byte chunks), and lane 0 the last chunk m = K * tpr. */
+/* Stages this thread's chunks m = k * tpr + lane (k < K) of the row into
+ * its own slots of a tensor's stage (shared address st, see
+ * shift_stage_chunks), and an edge thread also chunk m + 1 into its edge
+ * slots. */
 template <int K>
-__device__ __forceinline__ void issue_shifted(unsigned run, const ShiftedRow &r, int lane, int tpr)
+__device__ __forceinline__ void issue_shifted(unsigned st, int nthr, const ShiftedRow &r, int lane, int tpr)
 {
+    const int g = shift_group(tpr), e = (int)threadIdx.x / g;
+    const bool edge = (int)threadIdx.x - e * g == g - 1;
+    const unsigned ex = st + (unsigned)(K * nthr) * 16u, nedges = (unsigned)(nthr / g);
     #pragma unroll
     for (int k = 0; k < K; k++) {
-        const int m = k * tpr + lane;
-        cp_async16_upto_s(run + (unsigned)m * 16u, r.base + 16 * (int64_t)m, r.end);
+        const int64_t m = (int64_t)k * tpr + lane;
+        cp_async16_upto_s(st + (unsigned)(k * nthr + (int)threadIdx.x) * 16u, r.base + 16 * m, r.end);
+        if (edge) cp_async16_upto_s(ex + ((unsigned)k * nedges + (unsigned)e) * 16u, r.base + 16 * (m + 1), r.end);
     }
-    if (lane == 0) cp_async16_upto_s(run + (unsigned)(K * tpr) * 16u, r.base + 16 * (int64_t)K * tpr, r.end);
 }
 
 /* Zeros for the columns of a vector at col past the row's end (N): the SHIFT
@@ -505,12 +523,23 @@ template <int VEC> __device__ __forceinline__ void clip_past(int64_t col, int64_
             if (col + j >= N) v[j] = 0.0f;
 }
 
-/* Column vector v of a staged shifted row as fp32. */
-template <typename TX, int VEC>
-__device__ __forceinline__ void unstage_shifted(const uint4 *run, int v, int s, float (&out)[VEC])
+/* This thread's column vector k of a tensor's stage (st: the stage's first
+ * chunk) as fp32: its own chunk and the next, from the neighbour lane or
+ * the edge slot. Every lane of the warp must call it (the shuffle): callers
+ * mask the result, not the call. */
+template <typename TX, int VEC, int K>
+__device__ __forceinline__ void unstage_shifted(const uint4 *st, int k, int nthr, int tpr, int s, float (&out)[VEC])
 {
     static_assert(VEC * sizeof(TX) == 16, "one 16-byte chunk per vector");
-    unpack_raw<TX, VEC>(realign16(run[v], run[v + 1], s), out);
+    const int g = shift_group(tpr), e = (int)threadIdx.x / g;
+    const uint4 a = st[k * nthr + (int)threadIdx.x];
+    uint4 b;
+    b.x = __shfl_down_sync(0xffffffffu, a.x, 1);
+    b.y = __shfl_down_sync(0xffffffffu, a.y, 1);
+    b.z = __shfl_down_sync(0xffffffffu, a.z, 1);
+    b.w = __shfl_down_sync(0xffffffffu, a.w, 1);
+    if ((int)threadIdx.x - e * g == g - 1) b = st[K * nthr + k * (nthr / g) + e];
+    unpack_raw<TX, VEC>(realign16(a, b, s), out);
 }
 
 /* Column vector v of an output row into its run (see above). */

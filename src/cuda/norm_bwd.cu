@@ -164,17 +164,18 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
      * sends other mixes to PIPE = false): one 16-byte chunk per vector each. */
     constexpr int chx = PIPE ? VEC * (int)sizeof(TX) / 16 : 0, chy = chx, chr = RES ? chx : 0;
     const int nthr = TPR ? static_tpr_threads(TPR) : (int)blockDim.x;
-    /* SHIFT: per stage, the runs of x, then dy, then dresidual_out, each one per row of the CTA. */
-    const int run = shift_run_chunks(K * tpr);
-    const int per_stage = SHIFT ? rpb * run * (2 + (has_dres_out ? 1 : 0)) : K * (chx + chy + chr) * nthr; /* uint4 */
+    /* SHIFT: per stage, the chunks of x, then dy, then dresidual_out
+     * (shift_stage_chunks each); dx's output runs after the statistics, two
+     * sets used by even and odd rows in turn (as in the forward). */
+    const int run = shift_run_chunks(K * tpr), xst_chunks = SHIFT ? shift_stage_chunks(K, nthr, tpr) : 0;
+    const int per_stage = SHIFT ? xst_chunks * (2 + (has_dres_out ? 1 : 0)) : K * (chx + chy + chr) * nthr; /* uint4 */
     /* Shared-memory addresses for cp.async, converted once. */
     [[maybe_unused]] const unsigned stage_s = smem_addr(stage);
     /* After the stages: each thread's copy of its row's (rstd, mean) per stage,
      * fetched with the row so that the row's first use does not wait on a
      * dependent global load. */
     float2 *stat_slot = reinterpret_cast<float2 *>(stage + STAGES * per_stage);
-    /* SHIFT: dx's output run after the statistics. */
-    [[maybe_unused]] uint4 *dxrun = reinterpret_cast<uint4 *>(stat_slot + STAGES * nthr) + sub * run;
+    [[maybe_unused]] uint4 *out_runs = reinterpret_cast<uint4 *>(stat_slot + STAGES * nthr);
     auto issue = [&](int64_t g, int st) {
         const int64_t row = g * rpb + sub;
         if (g < groups && row < p.rows) {
@@ -184,12 +185,12 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
                 if (p.is_ln) cp_async4_s(ss + 4, p.mean + row);
             }
             if constexpr (SHIFT) {
-                const unsigned rx = stage_s + (unsigned)(st * per_stage + sub * run) * 16u, rn = (unsigned)(rpb * run) * 16u;
-                issue_shifted<K>(rx, shifted_row(p.x, row, p.sx, slice, N - slice, 2), lane, tpr);
-                issue_shifted<K>(rx + rn, shifted_row(p.dy, row, p.sdy, slice, N - slice, 2), lane, tpr);
+                const unsigned sx = stage_s + (unsigned)(st * per_stage) * 16u, sn = (unsigned)xst_chunks * 16u;
+                issue_shifted<K>(sx, nthr, shifted_row(p.x, row, p.sx, slice, N - slice, 2), lane, tpr);
+                issue_shifted<K>(sx + sn, nthr, shifted_row(p.dy, row, p.sdy, slice, N - slice, 2), lane, tpr);
                 if (has_dres_out)
-                    issue_shifted<K>(rx + 2 * rn, shifted_row(p.dres_out, row, p.sdres_out, slice, N - slice, 2), lane,
-                                     tpr);
+                    issue_shifted<K>(sx + 2 * sn, nthr, shifted_row(p.dres_out, row, p.sdres_out, slice, N - slice, 2),
+                                     lane, tpr);
                 cp_async_commit();
                 return;
             }
@@ -245,9 +246,10 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
         [[maybe_unused]] const uint4 *sx = stage + cur * per_stage + threadIdx.x;
         [[maybe_unused]] const uint4 *sy = sx + K * chx * nthr;
         [[maybe_unused]] const uint4 *sr = sy + K * chy * nthr; /* RES: dresidual_out */
-        /* SHIFT: the row's runs and byte offsets. */
-        [[maybe_unused]] const uint4 *xrun = stage + cur * per_stage + sub * run, *dyrun = xrun + rpb * run,
-                                     *drrun = dyrun + rpb * run;
+        /* SHIFT: the row's stages, output run and byte offsets. */
+        [[maybe_unused]] const uint4 *xst = stage + cur * per_stage, *dyst = xst + xst_chunks,
+                                     *drst = dyst + xst_chunks;
+        [[maybe_unused]] uint4 *dxrun = out_runs + ((it & 1) * rpb + sub) * run;
         [[maybe_unused]] int xs = 0, dys = 0, drs = 0;
         if constexpr (SHIFT) {
             xs = shifted_row(p.x, row, p.sx, slice, 0, 2).s;
@@ -258,29 +260,28 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
         [[maybe_unused]] auto clip = [&](int k, float (&v)[VEC]) {
             clip_past<VEC>(slice + ((int64_t)k * tpr + lane) * VEC, N, v);
         };
-        /* x and dy of staged vector k (zeros where the row or column is out of range). */
+        /* x and dy of staged vector k (zeros where the row or column is out of
+         * range). SHIFT: every lane of the warp must call it (a shuffle). */
         [[maybe_unused]] auto unstage = [&](int k, float (&x)[VEC], float (&dy)[VEC]) {
-            if (row_ok && col_ok[k]) {
-                if constexpr (SHIFT) {
-                    unstage_shifted<TX, VEC>(xrun, k * tpr + lane, xs, x);
-                    unstage_shifted<TX, VEC>(dyrun, k * tpr + lane, dys, dy);
+            if constexpr (SHIFT) {
+                unstage_shifted<TX, VEC, K>(xst, k, nthr, tpr, xs, x);
+                unstage_shifted<TX, VEC, K>(dyst, k, nthr, tpr, dys, dy);
+                if (row_ok && col_ok[k]) {
                     clip(k, x);
                     clip(k, dy);
-                } else {
-                    unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, dtype_of<TX>::value, x);
-                    unstage_vector<TX, VEC>(sy + k * chy * nthr, nthr, dtype_of<TX>::value, dy);
+                    return;
                 }
-            } else {
-                #pragma unroll
-                for (int j = 0; j < VEC; j++) x[j] = dy[j] = 0.0f;
+            } else if (row_ok && col_ok[k]) {
+                unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, dtype_of<TX>::value, x);
+                unstage_vector<TX, VEC>(sy + k * chy * nthr, nthr, dtype_of<TX>::value, dy);
+                return;
             }
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) x[j] = dy[j] = 0.0f;
         };
         if constexpr (PIPE) {
             issue(g + (STAGES - 1) * nclusters, (it + STAGES - 1) % STAGES);
             cp_async_wait<STAGES - 1>();
-            /* SHIFT: a vector spans two threads' chunks. Also orders the last
-             * row's output-run reads before this row's writes. */
-            if constexpr (SHIFT) __syncthreads();
             if constexpr (HOLD)
                 #pragma unroll
                 for (int k = 0; k < K; k++) unstage(k, xr[k], dyr[k]);
@@ -338,9 +339,10 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
             float q[1] = {0.0f};
             #pragma unroll
             for (int k = 0; k < K; k++) {
-                if (!(row_ok && col_ok[k])) continue;
                 float x[VEC], dy[VEC];
-                fetch(k, x, dy);
+                if constexpr (SHIFT) fetch(k, x, dy); /* every lane */
+                if (!(row_ok && col_ok[k])) continue;
+                if constexpr (!SHIFT) fetch(k, x, dy);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) x[j] -= mean;
                 if constexpr (SHIFT) clip(k, x);
@@ -372,15 +374,17 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
 
         #pragma unroll
         for (int k = 0; k < K; k++) {
+            float x[VEC], dy[VEC], w[VEC], dres[VEC], dx[VEC];
+            if constexpr (SHIFT) { /* every lane (shuffles), then masked */
+                fetch(k, x, dy);
+                if (has_dres_out) unstage_shifted<TX, VEC, K>(drst, k, nthr, tpr, drs, dres);
+            }
             if (!(row_ok && col_ok[k])) continue;
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
-            float x[VEC], dy[VEC], w[VEC], dres[VEC], dx[VEC];
-            fetch(k, x, dy);
+            if constexpr (!SHIFT) fetch(k, x, dy);
             weight_of(k, w);
-            if constexpr (SHIFT) {
-                if (has_dres_out) unstage_shifted<TX, VEC>(drrun, k * tpr + lane, drs, dres);
-            } else if constexpr (RES) unstage_vector<TX, VEC>(sr + k * chr * nthr, nthr, dtype_of<TX>::value, dres);
-            else if (has_dres_out) load_dyn<TX, VEC>(p.dres_out, p.dt_dres_out, row * p.sdres_out + col, dres);
+            if constexpr (!SHIFT && RES) unstage_vector<TX, VEC>(sr + k * chr * nthr, nthr, dtype_of<TX>::value, dres);
+            else if (!SHIFT && has_dres_out) load_dyn<TX, VEC>(p.dres_out, p.dt_dres_out, row * p.sdres_out + col, dres);
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
                 const float xh = xhat(x[j]);
@@ -704,13 +708,15 @@ static bool bwd_is_plain_residual(const fn_bwd_params &q, int dt)
 }
 
 /* Shared memory of the SHIFT kernel (16-bit rows, 8-element vectors):
- * FN_SHIFT_STAGES stages of the runs of x, dy (and dresidual_out), the statistics,
- * dx's output run (the partial rows of a multi-row CTA reuse the space after
- * the row loop), then the weight cache, at *cache_off. */
+ * FN_SHIFT_STAGES stages of the chunks of x, dy (and dresidual_out) and of
+ * the statistics, two sets of dx's output runs (the partial rows of a
+ * multi-row CTA reuse the space after the row loop), then the weight cache,
+ * at *cache_off. */
 static size_t bwd_shift_smem(const fn_bwd_params &p, int ept, int threads, size_t *cache_off)
 {
     const size_t run = (size_t)shift_run_chunks(ept / 8 * p.tpr) * 16 * p.rows_per_block;
-    size_t body = FN_SHIFT_STAGES * run * (2 + (p.dres_out != nullptr)) + bwd_stat_bytes(threads, FN_SHIFT_STAGES) + run;
+    const size_t chunks = (size_t)shift_stage_chunks(ept / 8, threads, p.tpr) * 16;
+    size_t body = FN_SHIFT_STAGES * chunks * (2 + (p.dres_out != nullptr)) + bwd_stat_bytes(threads, FN_SHIFT_STAGES) + 2 * run;
     const size_t partial_bytes = p.rows_per_block > 1 ? (size_t)threads * ept * sizeof(float) : 0;
     if (partial_bytes > body) body = partial_bytes;
     *cache_off = body;

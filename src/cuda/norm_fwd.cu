@@ -34,11 +34,12 @@ template <typename TX, int VEC, int EPT, int PLAIN, int TPR = 0, bool EXACT = tr
 __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_fwd_rows_in_registers(const fn_fwd_params p)
 {
     /* SHIFT: rows off a 16-byte boundary (odd N, odd pitches), realigned
-     * through shared memory (see "rows that start off a 16-byte boundary" in
-     * common.cuh): x and residual staged as runs of aligned chunks, y and
-     * residual_out written back through runs. The general kernel only; every
-     * activation of dtype TX (16-bit), the weight and bias cached. */
-    static_assert(!SHIFT || (!PLAIN && VEC > 1 && sizeof(TX) == 2), "SHIFT: staged 16-bit rows, general kernel");
+     * (see "rows that start off a 16-byte boundary" in common.cuh): x and
+     * residual staged as aligned chunks and realigned through shuffles, y and
+     * residual_out written back through shared runs. Every activation of
+     * dtype TX (16-bit), the weight and bias cached; PLAIN variants too (with
+     * EXACT = false). */
+    static_assert(!SHIFT || (VEC > 1 && sizeof(TX) == 2 && !EXACT), "SHIFT: staged 16-bit rows, column checks");
     /* TPR > 0: threads per row known at compile time (PLAIN variants of the
      * planner's usual shapes, see launch_plain): every shared-memory and
      * global offset of a vector becomes an immediate, and the reductions'
@@ -72,12 +73,15 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_fwd_rows_in_
     /* x is of dtype TX: one 16-byte chunk per vector; the residual may be fp32. */
     constexpr int chx = VEC * (int)sizeof(TX) / 16;
     const int nthr = TPR ? static_tpr_threads(TPR) : (int)blockDim.x, chr = has_res ? chunks_of<TX, VEC>(p.dt_res) : 0;
-    /* SHIFT: per stage, x's runs of the CTA's rows, then the residual's. */
+    /* SHIFT: per stage, x's chunks (shift_stage_chunks), then the residual's;
+     * after the stages two sets of output runs of y (and residual_out), used
+     * by even and odd rows in turn: a row's runs are written before the
+     * row's output barrier and read after it, so the next row's writes (to
+     * the other set) need no barrier of their own. */
     const int run = shift_run_chunks(K * tpr), rpb = p.rows_per_block;
-    const int per_stage = SHIFT ? rpb * run * (1 + (has_res ? 1 : 0)) : K * (chx + chr) * nthr;
-    /* SHIFT: the output runs of y (and residual_out) after the stages. */
-    [[maybe_unused]] uint4 *yrun = stage + STAGES * per_stage + sub * run,
-                           *rorun = yrun + (has_res_out ? rpb * run : 0);
+    const int xst_chunks = SHIFT ? shift_stage_chunks(K, nthr, tpr) : 0;
+    const int per_stage = SHIFT ? xst_chunks * (1 + (has_res ? 1 : 0)) : K * (chx + chr) * nthr;
+    const int out_set = rpb * run * (1 + (has_res_out ? 1 : 0));
     const int rb = has_res ? dtype_bytes(p.dt_res) : 0;
     /* The stages' shared-memory address, converted once (cp.async takes it). */
     const unsigned stage_s = smem_addr(stage);
@@ -99,11 +103,11 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_fwd_rows_in_
     auto issue = [&](int64_t g, int st) {
         const int64_t row = g * p.rows_per_block + sub;
         if (SHIFT && g < groups && row < p.rows) {
-            const unsigned rx = stage_s + (unsigned)(st * per_stage + sub * run) * 16u;
-            issue_shifted<K>(rx, shifted_row(p.x, row, p.sx, slice, N - slice, 2), lane, tpr);
+            const unsigned sx = stage_s + (unsigned)(st * per_stage) * 16u;
+            issue_shifted<K>(sx, nthr, shifted_row(p.x, row, p.sx, slice, N - slice, 2), lane, tpr);
             if (has_res)
-                issue_shifted<K>(rx + (unsigned)(rpb * run) * 16u, shifted_row(p.res, row, p.sres, slice, N - slice, 2),
-                                 lane, tpr);
+                issue_shifted<K>(sx + (unsigned)xst_chunks * 16u, nthr,
+                                 shifted_row(p.res, row, p.sres, slice, N - slice, 2), lane, tpr);
         } else if (g < groups && row < p.rows) {
             const unsigned sx = stage_s + (unsigned)(st * per_stage + (int)threadIdx.x) * 16u,
                            sr = sx + (unsigned)(K * chx * nthr) * 16u;
@@ -135,13 +139,11 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_fwd_rows_in_
         if (pipe) {
             issue(group + (STAGES - 1) * stride, (it + STAGES - 1) % STAGES);
             cp_async_wait<STAGES - 1>();
-            /* SHIFT: a vector spans two threads' chunks. Also orders the last
-             * row's output-run reads before this row's writes. */
-            if (SHIFT) __syncthreads();
         }
         const uint4 *sx = stage + (it % STAGES) * per_stage + threadIdx.x, *sr = sx + K * chx * nthr;
-        [[maybe_unused]] const uint4 *xrun = stage + (it % STAGES) * per_stage + sub * run,
-                                     *rrun = xrun + rpb * run;
+        [[maybe_unused]] const uint4 *xst = stage + (it % STAGES) * per_stage, *rst = xst + xst_chunks;
+        [[maybe_unused]] uint4 *yrun = stage + STAGES * per_stage + (it & 1) * out_set + sub * run,
+                               *rorun = yrun + rpb * run;
         [[maybe_unused]] ShiftedRow xs, rs;
         if constexpr (SHIFT) {
             xs = shifted_row(p.x, row, p.sx, slice, N - slice, 2);
@@ -155,9 +157,13 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_fwd_rows_in_
         for (int k = 0; k < K; k++) {
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
             ok[k] = row_ok && in_row(col);
-            if (ok[k]) {
-                if constexpr (SHIFT) unstage_shifted<TX, VEC>(xrun, k * tpr + lane, xs.s, h[k]);
-                else if (pipe) unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, dtype_of<TX>::value, h[k]);
+            if constexpr (SHIFT) { /* every lane (a shuffle), then masked */
+                unstage_shifted<TX, VEC, K>(xst, k, nthr, tpr, xs.s, h[k]);
+                if (!ok[k])
+                    #pragma unroll
+                    for (int j = 0; j < VEC; j++) h[k][j] = 0.0f;
+            } else if (ok[k]) {
+                if (pipe) unstage_vector<TX, VEC>(sx + k * chx * nthr, nthr, dtype_of<TX>::value, h[k]);
                 else load_vec<TX, VEC>((const TX *)p.x, row * p.sx + col, h[k]);
             } else {
                 #pragma unroll
@@ -167,12 +173,12 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_fwd_rows_in_
         if (has_res) {
             #pragma unroll
             for (int k = 0; k < K; k++) {
+                float r[VEC];
+                if constexpr (SHIFT) unstage_shifted<TX, VEC, K>(rst, k, nthr, tpr, rs.s, r); /* every lane */
                 if (!ok[k]) continue;
                 const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
-                float r[VEC];
-                if constexpr (SHIFT) unstage_shifted<TX, VEC>(rrun, k * tpr + lane, rs.s, r);
-                else if (pipe) unstage_vector<TX, VEC>(sr + k * chr * nthr, nthr, p.dt_res, r);
-                else load_dyn<TX, VEC>(p.res, p.dt_res, row * p.sres + col, r);
+                if (!SHIFT && pipe) unstage_vector<TX, VEC>(sr + k * chr * nthr, nthr, p.dt_res, r);
+                else if (!SHIFT) load_dyn<TX, VEC>(p.res, p.dt_res, row * p.sres + col, r);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) h[k][j] += r[j];
             }
@@ -381,15 +387,35 @@ static cudaError_t launch_plain(const fn_fwd_params &q, int grid, int threads, s
     return run_time_tpr();
 }
 
-/* Shared memory of the SHIFT kernel (16-bit rows, 8-element vectors): FN_SHIFT_STAGES
- * stages of x's (and the residual's) runs, the output runs of y (and
- * residual_out), then the weight (and bias) cache, at *cache_off. */
+/* Shared memory of the SHIFT kernels (16-bit rows, 8-element vectors):
+ * FN_SHIFT_STAGES stages of x's (and the residual's) chunks, two sets of
+ * output runs of y (and residual_out), then the weight (and bias) cache, at
+ * *cache_off. */
 static size_t fwd_shift_smem(const fn_fwd_params &p, int ept, size_t *cache_off)
 {
+    const int nthr = p.rows_per_block * p.tpr;
     const size_t run = (size_t)shift_run_chunks(ept / 8 * p.tpr) * 16 * p.rows_per_block;
-    const size_t stages = FN_SHIFT_STAGES * run * (1 + (p.res != nullptr)), outs = run * (1 + (p.res_out != nullptr));
+    const size_t stages = FN_SHIFT_STAGES * (size_t)shift_stage_chunks(ept / 8, nthr, p.tpr) * 16 * (1 + (p.res != nullptr));
+    const size_t outs = 2 * run * (1 + (p.res_out != nullptr));
     *cache_off = stages + outs;
     return stages + outs + (size_t)((p.w != nullptr) + (p.b != nullptr)) * p.tpr * ept * sizeof(float);
+}
+
+/* A PLAIN SHIFT variant: with EPT 16 or 32 and tpr in {64, 128, 256} in a
+ * CTA of 256 threads, the one compiled for that tpr. */
+template <typename TX, int VEC, int EPT, int PLAIN>
+static cudaError_t launch_shift_plain(const fn_fwd_params &q, int grid, int threads, size_t smem,
+                                      cudaStream_t stream, int *active)
+{
+    auto launch = [&](auto tpr) { /* TPR = 0: the run-time tpr */
+        return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, decltype(tpr)::value, false, true>, q,
+                               grid, threads, smem, q.cluster, stream, active);
+    };
+    auto run_time_tpr = [&] { return launch(std::integral_constant<int, 0>{}); };
+    if constexpr (EPT >= 16)
+        if (threads == static_tpr_threads(q.tpr) && q.rows_per_block == threads / q.tpr)
+            return with_static_tpr<64, 128, 256>(q.tpr, launch, run_time_tpr);
+    return run_time_tpr();
 }
 
 template <typename TX, int VEC, int EPT>
@@ -403,7 +429,11 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
             q.pipe = 1;
             q.wcache = q.w != nullptr || q.b != nullptr;
             q.wcache_off = (int)off;
-            return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, 0, 0, true, true>, q, grid, threads, smem,
+            switch (fwd_is_plain(q)) {
+            case 1: return launch_shift_plain<TX, VEC, EPT, 1>(q, grid, threads, smem, stream, active);
+            case 2: return launch_shift_plain<TX, VEC, EPT, 2>(q, grid, threads, smem, stream, active);
+            }
+            return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, 0, 0, false, true>, q, grid, threads, smem,
                                    p.cluster, stream, active);
         }
     }
