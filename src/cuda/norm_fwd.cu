@@ -402,7 +402,9 @@ static size_t fwd_shift_smem(const fn_fwd_params &p, int ept, size_t *cache_off)
 }
 
 /* A PLAIN SHIFT variant: with EPT 16 or 32 and tpr in {64, 128, 256} in a
- * CTA of 256 threads, the one compiled for that tpr. */
+ * CTA of 256 threads, the one compiled for that tpr. With EPT 32 and another
+ * tpr, the general SHIFT kernel: the PLAIN one at a run-time tpr spilled
+ * (128 registers, 100 bytes), the general one did not. */
 template <typename TX, int VEC, int EPT, int PLAIN>
 static cudaError_t launch_shift_plain(const fn_fwd_params &q, int grid, int threads, size_t smem,
                                       cudaStream_t stream, int *active)
@@ -411,7 +413,13 @@ static cudaError_t launch_shift_plain(const fn_fwd_params &q, int grid, int thre
         return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, decltype(tpr)::value, false, true>, q,
                                grid, threads, smem, q.cluster, stream, active);
     };
-    auto run_time_tpr = [&] { return launch(std::integral_constant<int, 0>{}); };
+    auto run_time_tpr = [&] {
+        if constexpr (EPT == 32)
+            return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, 0, 0, false, true>, q, grid, threads, smem,
+                                   q.cluster, stream, active);
+        else
+            return launch(std::integral_constant<int, 0>{});
+    };
     if constexpr (EPT >= 16)
         if (threads == static_tpr_threads(q.tpr) && q.rows_per_block == threads / q.tpr)
             return with_static_tpr<64, 128, 256>(q.tpr, launch, run_time_tpr);
