@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
      * dx and dresidual written back through one run (they hold the same
      * values). The general kernel only, every activation of dtype TX
      * (16-bit), the weight cached. */
-    static_assert(!SHIFT || (PIPE && !PLAIN && sizeof(TX) == 2), "SHIFT: staged 16-bit rows, general kernel");
+    static_assert(!SHIFT || (PIPE && sizeof(TX) == 2 && (!PLAIN || !EXACT)), "SHIFT: staged 16-bit rows");
     /* TPR > 0: tpr known at compile time, in a CTA of max(TPR, 256) threads
      * (PLAIN only; see the forward's kernel and launch_plain below). */
     static_assert(TPR == 0 || PLAIN, "TPR: PLAIN variants only");
@@ -723,6 +723,32 @@ static size_t bwd_shift_smem(const fn_bwd_params &p, int ept, int threads, size_
     return body + (p.w ? (size_t)p.tpr * ept * sizeof(float) : 0);
 }
 
+/* A PLAIN SHIFT variant (EXACT = false): with EPT 16 and tpr in {64, 128,
+ * 256} in a CTA of 256 threads, the one compiled for that tpr; with EPT 16
+ * and another tpr the general SHIFT kernel (the PLAIN ones at a run-time tpr
+ * spilled 20-48 bytes at 128 registers); with EPT 8 the PLAIN one at a
+ * run-time tpr. */
+template <typename TX, int VEC, int EPT, int PLAIN>
+static cudaError_t launch_shift_plain(const fn_bwd_params &q, int grid, int threads, size_t smem,
+                                      cudaStream_t stream, int *active)
+{
+    auto launch = [&](auto tpr) { /* TPR = 0: the run-time tpr */
+        return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, decltype(tpr)::value, false, true>,
+                               q, grid, threads, smem, q.cluster, stream, active);
+    };
+    auto run_time_tpr = [&] {
+        if constexpr (EPT == 16)
+            return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 0, 0, true, true>, q, grid, threads,
+                                   smem, q.cluster, stream, active);
+        else
+            return launch(std::integral_constant<int, 0>{});
+    };
+    if constexpr (EPT == 16)
+        if (threads == static_tpr_threads(q.tpr) && q.rows_per_block == threads / q.tpr)
+            return with_static_tpr<64, 128, 256>(q.tpr, launch, run_time_tpr);
+    return run_time_tpr();
+}
+
 template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
@@ -734,6 +760,12 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
             q.pipe = 1;
             q.wcache = q.w != nullptr;
             q.wcache_off = (int)off;
+            const int plain = q.wcache && bwd_is_plain_residual(q, dtype_of<TX>::value) ? 3 : bwd_is_plain(q);
+            switch (plain) {
+            case 1: return launch_shift_plain<TX, VEC, EPT, 1>(q, grid, threads, smem, stream, active);
+            case 2: return launch_shift_plain<TX, VEC, EPT, 2>(q, grid, threads, smem, stream, active);
+            case 3: return launch_shift_plain<TX, VEC, EPT, 3>(q, grid, threads, smem, stream, active);
+            }
             return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 0, 0, true, true>, q, grid, threads,
                                    smem, p.cluster, stream, active);
         }
