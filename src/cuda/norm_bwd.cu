@@ -144,10 +144,6 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
     constexpr int STAGES = SHIFT ? FN_SHIFT_STAGES : FN_STAGES;
 
     float *wc = reinterpret_cast<float *>(dyn_smem + p.wcache_off);
-    if (wcache) {
-        fill_column_cache<VEC>(wc, p.w, p.dt_w, p.w_off, slice, tpr, tpr * EPT, N);
-        __syncthreads();
-    }
 
     bool col_ok[K];
     #pragma unroll
@@ -214,9 +210,15 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
         }
         cp_async_commit();
     };
+    /* The first rows' loads go out before the weight cache is filled (their
+     * latencies overlap). */
     if constexpr (PIPE)
         #pragma unroll
         for (int st = 0; st < STAGES - 1; st++) issue(cid + st * nclusters, st);
+    if (wcache) {
+        fill_column_cache<VEC>(wc, p.w, p.dt_w, p.w_off, slice, tpr, tpr * EPT, N);
+        __syncthreads();
+    }
 
     /* g = dy * (w + w_off) for vector k (dy alone without a weight). */
     auto weight_of = [&](int k, float (&w)[VEC]) {

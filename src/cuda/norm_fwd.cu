@@ -93,11 +93,6 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_fwd_rows_in_
     /* fp32 rows go without it: their loads are not the bottleneck (88% of copy
      * at N = 4096), and the cache path doubled their registers (64 -> 128). */
     const bool wcache = PLAIN || (sizeof(TX) == 2 && p.wcache);
-    if (wcache) {
-        if (has_w) fill_column_cache<VEC>(wc, p.w, p.dt_w, p.w_off, slice, tpr, tpr * EPT, N);
-        if (has_b) fill_column_cache<VEC>(bc, p.b, p.dt_w, 0.0f, slice, tpr, tpr * EPT, N);
-        __syncthreads();
-    }
     /* Whether column col of this CTA's slice lies in the row. */
     auto in_row = [&](int64_t col) { return (PLAIN && EXACT) || col < N; };
     auto issue = [&](int64_t g, int st) {
@@ -126,9 +121,16 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_fwd_rows_in_
         }
         cp_async_commit();
     };
+    /* The first rows' loads go out before the weight cache is filled, so
+     * that the two global-memory latencies of a CTA's start overlap. */
     if (pipe)
         #pragma unroll
         for (int st = 0; st < STAGES - 1; st++) issue(first + st * stride, st);
+    if (wcache) {
+        if (has_w) fill_column_cache<VEC>(wc, p.w, p.dt_w, p.w_off, slice, tpr, tpr * EPT, N);
+        if (has_b) fill_column_cache<VEC>(bc, p.b, p.dt_w, 0.0f, slice, tpr, tpr * EPT, N);
+        __syncthreads();
+    }
     int it = 0;
     for (int64_t group = first; group < groups; group += stride, it++) {
         const int64_t row = group * p.rows_per_block + sub;
