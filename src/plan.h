@@ -33,6 +33,9 @@ typedef struct fn_plan_problem {
                            * dtype, staged: the backend checks shared memory); 0 leaves it out */
     int max_tpr;          /* threads per row at most (0: 512). The SHIFT kernels take 256: with their
                            * 128 registers a CTA of more than 256 threads is alone on its SM */
+    int stream;           /* forward: the streaming kernel runs this call (x, y, weight and bias of one
+                           * dtype, no residual, vector access) and the row is long enough for it
+                           * (FN_PLAN_STREAM_FWD_COLS): the two-pass path, which then streams */
 } fn_plan_problem;
 
 typedef struct fn_plan {
@@ -56,6 +59,13 @@ typedef struct fn_plan {
  * 1435 -> 1528, LayerNorm 1452 -> 1547, 1236 -> 1375; N = 4097 and more
  * 0.45-0.91x (the general kernel's per-row costs, three barriers per row). */
 #define FN_PLAN_SHIFT_MAX_COLS 2048
+
+/* Forward rows of the common call (see stream in fn_plan_problem) this long
+ * are streamed, one 512-thread CTA per row reading it twice (three times for
+ * LayerNorm), the re-reads from L1, instead of held in clusters of CTAs.
+ * Measured (H200, M*N = 2^30 or M = 32768, % of copy bandwidth, clusters ->
+ * streamed): see docs/perf.md, session 7. */
+#define FN_PLAN_STREAM_FWD_COLS 32768
 
 /* The element-per-thread values the kernels are instantiated for (the
  * backward's 32 only for 16-bit rows with vector access; see wide_bwd). */

@@ -233,11 +233,12 @@ void th_suite_training(fusednorm_backend be)
     static const int64_t cols[] = {256, 1024, 2000, 2048, 3000, 4096, 8192, 12000, 16384, 32768, 65536, 131072, 262144};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
         for (int d = 0; d < 3; d++)
-            for (int kind = 0; kind < 5; kind++) {
+            for (int kind = 0; kind < 6; kind++) {
                 /* 0: RMSNorm; 1: LayerNorm with bias; 2: LayerNorm without
                  * bias; 3: RMSNorm with the pre-norm residual stream; 4: the
                  * same without dresidual (the Python package's call when
-                 * dresidual would be dx itself) */
+                 * dresidual would be dx itself); 5: the residual call in
+                 * place (y == x, residual_out == residual, dx == dy, ...) */
                 const fusednorm_norm norm = kind == 1 || kind == 2 ? FUSEDNORM_LAYERNORM : FUSEDNORM_RMSNORM;
                 th_case c = th_case_default(norm, cols[i] > 32768 ? 9 : 33, cols[i], all_dtypes[d]);
                 c.store_rstd = 1;
@@ -247,6 +248,10 @@ void th_suite_training(fusednorm_backend be)
                 if (kind == 1) c.bias_on = c.dbias_on = 1;
                 if (kind >= 3) c.residual_on = c.residual_out_on = c.dresidual_out_on = 1;
                 if (kind == 3) c.dresidual_on = 1;
+                if (kind == 5) {
+                    apply_features(&c, 8);
+                    fix_alias_dtypes(&c);
+                }
                 run_on(c, be);
             }
 }

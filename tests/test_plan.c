@@ -9,7 +9,8 @@
  *     vec = 16/x_bytes with vector access, else 1;
  *   - two-pass only where no register plan can cover the row (or for rows of
  *     1024+ columns without vector access), one row per CTA of
- *     fn_plan_two_pass_threads threads.
+ *     fn_plan_two_pass_threads threads; and always for a forward the
+ *     backend marks `stream` (the streaming kernel's call, long rows).
  * It also pins the choices docs/perf.md reports for the benchmark shapes.
  */
 #include "harness.h"
@@ -25,15 +26,16 @@ static int64_t max_coverage(int is_bwd, int vec, int cc_major, int wide)
     return (int64_t)(cc_major >= 9 ? 8 : 1) * 512 * max_ept;
 }
 
-static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc, int wide)
+static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc, int wide, int stream)
 {
-    fn_plan_problem pb = {is_bwd, cols, x_bytes, vec_ok, cc, 16, wide, 0};
+    fn_plan_problem pb = {is_bwd, cols, x_bytes, vec_ok, cc, 16, wide, 0, stream};
     fn_plan p = fn_plan_make(&pb);
     snprintf(th_context, sizeof th_context, "plan %s cols %lld x_bytes %d vec_ok %d sm_%d0 wide %d",
              is_bwd ? "bwd" : "fwd", (long long)cols, x_bytes, vec_ok, cc, wide);
     const int vec = vec_ok ? 16 / x_bytes : 1;
     ASSERT_EQ_INT(p.vec, vec);
     if (!vec_ok && cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
+    if (!is_bwd && stream) ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
     if (p.path == FN_PATH_ROWS_IN_REGISTERS) {
         ASSERT_TRUE(fn_plan_ept_allowed(is_bwd, vec, p.ept));
         ASSERT_TRUE((int64_t)p.cluster * p.tpr * p.ept >= cols);
@@ -46,7 +48,8 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
         if (is_bwd && p.ept == 32) ASSERT_TRUE(wide && vec == 8); /* the wide tile: only when launchable */
     } else {
         ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
-        ASSERT_TRUE(cols > max_coverage(is_bwd, vec, cc, wide) || (!vec_ok && cols >= FN_PLAN_SCALAR_TWO_PASS_COLS));
+        ASSERT_TRUE(cols > max_coverage(is_bwd, vec, cc, wide) || (!vec_ok && cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) ||
+                    (!is_bwd && stream));
         ASSERT_EQ_INT(p.threads, fn_plan_two_pass_threads(cols, x_bytes));
         ASSERT_TRUE(p.threads >= 128 && p.threads <= 512 && p.threads % 32 == 0);
         ASSERT_EQ_INT(p.tpr, p.threads);
@@ -63,10 +66,13 @@ int main(void)
             for (int cc = 8; cc <= 9; cc++)
                 for (int vec_ok = 0; vec_ok < 2; vec_ok++)
                     for (int wide = 0; wide < 2; wide++) {
+                        /* stream: only set by the backend for forward rows with vector access */
+                        const int stream = !is_bwd && vec_ok && wide; /* (wide: one of the two runs) */
                         for (int64_t cols = 1; cols <= 20000; cols += cols < 600 ? 1 : 37)
-                            check_one(is_bwd, cols, x_bytes, vec_ok, cc, wide);
+                            check_one(is_bwd, cols, x_bytes, vec_ok, cc, wide, stream && cols >= FN_PLAN_STREAM_FWD_COLS);
                         for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
-                            check_one(is_bwd, extra[i], x_bytes, vec_ok, cc, wide);
+                            check_one(is_bwd, extra[i], x_bytes, vec_ok, cc, wide,
+                                      stream && extra[i] >= FN_PLAN_STREAM_FWD_COLS);
                     }
 
     /* The shapes of docs/perf.md (bf16, 16-byte vectors, sm_90; the
@@ -78,7 +84,7 @@ int main(void)
         {1, 131072, 32, 512, 8}, {1, 262144, 32, 512, 16},
     };
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
-        fn_plan_problem pb = {pinned[i].is_bwd, pinned[i].cols, 2, 1, 9, 16, 1, 0};
+        fn_plan_problem pb = {pinned[i].is_bwd, pinned[i].cols, 2, 1, 9, 16, 1, 0, 0};
         fn_plan p = fn_plan_make(&pb);
         snprintf(th_context, sizeof th_context, "pinned %s cols %lld", pinned[i].is_bwd ? "bwd" : "fwd",
                  (long long)pinned[i].cols);
@@ -91,19 +97,26 @@ int main(void)
      * of 16), with 512 threads, and so does the backward past a cluster of 8
      * of the 16-element tile, or of 16 of the wide one (the backend makes it a
      * column split); a short row without vectors gets a small CTA. */
-    fn_plan_problem fwd_huge = {0, 262144, 2, 1, 9, 16, 0, 0};
+    fn_plan_problem fwd_huge = {0, 262144, 2, 1, 9, 16, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).threads, 512);
-    fn_plan_problem bwd_large = {1, 131072, 2, 1, 9, 16, 0, 0};
+    /* The streaming forward's calls: two-pass with 512 threads from 32768 bf16. */
+    fn_plan_problem fwd_stream = {0, FN_PLAN_STREAM_FWD_COLS, 2, 1, 9, 16, 0, 0, 1};
+    ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
+    ASSERT_EQ_INT(fn_plan_make(&fwd_stream).threads, 512);
+    fwd_stream.stream = 0; /* any other call: a cluster of 2 */
+    ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_ROWS_IN_REGISTERS);
+    ASSERT_EQ_INT(fn_plan_make(&fwd_stream).cluster, 2);
+    fn_plan_problem bwd_large = {1, 131072, 2, 1, 9, 16, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&bwd_large).path, FN_PATH_TWO_PASS);
-    fn_plan_problem bwd_huge = {1, 262145, 2, 1, 9, 16, 1, 0};
+    fn_plan_problem bwd_huge = {1, 262145, 2, 1, 9, 16, 1, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&bwd_huge).path, FN_PATH_TWO_PASS);
-    fn_plan_problem odd = {1, 4097, 2, 0, 9, 16, 1, 0};
+    fn_plan_problem odd = {1, 4097, 2, 0, 9, 16, 1, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&odd).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&odd).threads, 160);
     /* The backend's fallbacks turn a register plan into the planner's own
      * two-pass plan, keeping its vector width. */
-    fn_plan_problem reg = {1, 4096, 2, 1, 9, 16, 1, 0};
+    fn_plan_problem reg = {1, 4096, 2, 1, 9, 16, 1, 0, 0};
     fn_plan fb = fn_plan_make(&reg);
     ASSERT_EQ_INT(fb.path, FN_PATH_ROWS_IN_REGISTERS);
     fn_plan_use_two_pass(&fb, 4096, 2);
@@ -129,7 +142,7 @@ int main(void)
                 ASSERT_TRUE((cs.groups - 1) * cs.per_group < cs_rows[i]);
             }
     /* Without the wide tile, 16384 takes a cluster of 2. */
-    fn_plan_problem narrow = {1, 16384, 2, 1, 9, 16, 0, 0};
+    fn_plan_problem narrow = {1, 16384, 2, 1, 9, 16, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&narrow).ept, 16);
     ASSERT_EQ_INT(fn_plan_make(&narrow).cluster, 2);
     /* The SHIFT kernels' plans (max_tpr 256): CTAs of at most 256 threads
@@ -137,18 +150,18 @@ int main(void)
     for (int is_bwd = 0; is_bwd < 2; is_bwd++) {
         const int64_t shift_cols[] = {7, 1001, 2047, 4097};
         for (size_t i = 0; i < sizeof shift_cols / sizeof shift_cols[0]; i++) {
-            fn_plan_problem sp = {is_bwd, shift_cols[i], 2, 1, 9, 16, 0, 256};
+            fn_plan_problem sp = {is_bwd, shift_cols[i], 2, 1, 9, 16, 0, 256, 0};
             const fn_plan pl = fn_plan_make(&sp);
             ASSERT_EQ_INT(pl.path, FN_PATH_ROWS_IN_REGISTERS);
             ASSERT_TRUE(pl.tpr <= 256 && pl.threads <= 256);
             ASSERT_TRUE((int64_t)pl.cluster * pl.tpr * pl.ept >= shift_cols[i]);
         }
     }
-    fn_plan_problem shift_4097 = {0, 4097, 2, 1, 9, 16, 0, 256};
+    fn_plan_problem shift_4097 = {0, 4097, 2, 1, 9, 16, 0, 256, 0};
     ASSERT_EQ_INT(fn_plan_make(&shift_4097).ept, 32);
     ASSERT_EQ_INT(fn_plan_make(&shift_4097).tpr, 160);
     /* Without clusters (sm_80) the register path ends at one CTA's coverage. */
-    fn_plan_problem big = {1, 8193, 2, 1, 8, 1, 0, 0};
+    fn_plan_problem big = {1, 8193, 2, 1, 8, 1, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&big).path, FN_PATH_TWO_PASS);
     return th_finish();
 }

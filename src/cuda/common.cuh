@@ -80,6 +80,26 @@ __device__ __forceinline__ void unpack_raw(const Raw &raw, float *out)
     }
 }
 
+/* A 16-byte global load with an L1 policy: FN_L1_KEEP (evict_last) for a row
+ * that will be read again soon, FN_L1_DROP (evict_first) for its last read.
+ * The streaming forward (norm_fwd.cu) reads each row once per statistic and
+ * once for the output; with these policies the re-reads hit L1. */
+enum { FN_L1_KEEP = 1, FN_L1_DROP = 2 };
+template <int L1>
+__device__ __forceinline__ uint4 ld_global16(const void *a)
+{
+    uint4 r;
+    if constexpr (L1 == FN_L1_KEEP)
+        asm volatile("ld.global.L1::evict_last.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                     : "l"(a));
+    else
+        asm volatile("ld.global.L1::evict_first.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                     : "l"(a));
+    return r;
+}
+
 /* Load VEC consecutive elements of type T starting at element i (i a multiple of
  * VEC; base and row stride aligned when the planner chose VEC > 1). */
 template <typename T, int VEC>

@@ -352,6 +352,87 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_two_pass(const fn_fwd_params 
     }
 }
 
+/* Long rows of the common call, streamed: one 512-thread CTA per row at a
+ * time (grid-stride), the row read once per statistic and once for the
+ * output, four 16-byte vectors per thread in flight on each read. The
+ * statistics' reads ask L1 to keep the row and the output's read lets it go,
+ * so the re-reads hit L1 (rows of up to tens of KiB) or L2. Registers stay
+ * low (raw vectors, no feature branches in the loops), two CTAs per SM.
+ * The call (the backend's stream_ok): x and y of dtype TX, weight and bias
+ * absent or of dtype TX, no residual, every row 16-byte aligned with
+ * N % VEC == 0. Against the cluster tiles (H200, RMSNorm bf16, % of copy):
+ * see FN_PLAN_STREAM_FWD_COLS. */
+template <typename TX, int VEC, bool LN>
+__global__ void __launch_bounds__(512, 2) norm_fwd_stream(const fn_fwd_params p)
+{
+    constexpr int U = 4; /* vectors in flight per thread */
+    static_assert(VEC * sizeof(TX) == 16, "one 16-byte vector");
+    __shared__ RowReduceSmem sm;
+    int buf = 0;
+    const int64_t N = p.cols;
+    const int nv = (int)(N / VEC), T = blockDim.x;
+    const uint4 *wv = (const uint4 *)p.w, *bv = (const uint4 *)p.b;
+    for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+        const uint4 *xv = (const uint4 *)((const TX *)p.x + row * p.sx);
+        uint4 *yv = (uint4 *)((TX *)p.y + row * p.sy);
+        /* sum over the row of f(h), h the vector's elements as fp32 */
+        auto row_sum = [&](auto f) {
+            float acc[1] = {0.0f};
+            for (int v0 = threadIdx.x; v0 < nv; v0 += U * T) {
+                uint4 raw[U];
+                #pragma unroll
+                for (int u = 0; u < U; u++)
+                    if (v0 + u * T < nv) raw[u] = ld_global16<FN_L1_KEEP>(xv + v0 + u * T);
+                #pragma unroll
+                for (int u = 0; u < U; u++)
+                    if (v0 + u * T < nv) {
+                        float h[VEC];
+                        unpack_raw<TX, VEC>(raw[u], h);
+                        #pragma unroll
+                        for (int j = 0; j < VEC; j++) acc[0] += f(h[j]);
+                    }
+            }
+            row_allreduce<1>(acc, sm, buf, T, 0, 1);
+            return acc[0];
+        };
+        float mean = 0.0f;
+        if constexpr (LN) mean = row_sum([](float h) { return h; }) / (float)N;
+        const float rstd = rstd_of(row_sum([&](float h) { return (h - mean) * (h - mean); }), (float)N, p.eps);
+        if (threadIdx.x == 0) {
+            if (p.rstd) p.rstd[row] = rstd;
+            if (p.mean) p.mean[row] = mean;
+        }
+        for (int v0 = threadIdx.x; v0 < nv; v0 += U * T) {
+            uint4 raw[U];
+            #pragma unroll
+            for (int u = 0; u < U; u++)
+                if (v0 + u * T < nv) raw[u] = ld_global16<FN_L1_DROP>(xv + v0 + u * T);
+            #pragma unroll
+            for (int u = 0; u < U; u++)
+                if (v0 + u * T < nv) {
+                    const int v = v0 + u * T;
+                    float h[VEC], y[VEC];
+                    unpack_raw<TX, VEC>(raw[u], h);
+                    #pragma unroll
+                    for (int j = 0; j < VEC; j++) y[j] = (h[j] - mean) * rstd;
+                    if (wv) {
+                        float w[VEC];
+                        unpack_raw<TX, VEC>(wv[v], w);
+                        #pragma unroll
+                        for (int j = 0; j < VEC; j++) y[j] *= w[j] + p.w_off;
+                    }
+                    if (bv) {
+                        float b[VEC];
+                        unpack_raw<TX, VEC>(bv[v], b);
+                        #pragma unroll
+                        for (int j = 0; j < VEC; j++) y[j] += b[j];
+                    }
+                    store_vec<TX, VEC>((TX *)(yv + v), 0, y);
+                }
+        }
+    }
+}
+
 /* ---- launchers ------------------------------------------------------------ */
 
 /* The common call, for which the kernel drops every feature branch (see
@@ -516,8 +597,14 @@ static cudaError_t rows_entry(const fn_fwd_params *p, int vec, int ept, int grid
 template <typename TX>
 static cudaError_t two_pass_entry(const fn_fwd_params &p, int grid, int threads, cudaStream_t s)
 {
+    constexpr int VEC = 16 / sizeof(TX);
+    if (p.stream) {
+        if (p.is_ln) norm_fwd_stream<TX, VEC, true><<<grid, threads, 0, s>>>(p);
+        else norm_fwd_stream<TX, VEC, false><<<grid, threads, 0, s>>>(p);
+        return cudaGetLastError();
+    }
     /* Always the vector kernel: it peels each row to its alignment itself. */
-    norm_fwd_two_pass<TX, 16 / sizeof(TX)><<<grid, threads, 0, s>>>(p);
+    norm_fwd_two_pass<TX, VEC><<<grid, threads, 0, s>>>(p);
     return cudaGetLastError();
 }
 
