@@ -24,8 +24,9 @@
  * backend turns a two-pass backward whose partial rows do not fit shared
  * memory into the column split).
  *
- * Forward rows of FN_PLAN_STREAM_FWD_COLS and more of the common call (the
- * backend's `stream`) take the two-pass path in its streaming form.
+ * Forward rows of the common call (the backend's `stream`) from
+ * FN_PLAN_STREAM_FWD_COLS columns up to FN_PLAN_STREAM_FWD_MAX_BYTES take the
+ * two-pass path in its streaming form.
  *
  * Without vector access (odd N, misaligned pointers or row pitches), rows of
  * FN_PLAN_SCALAR_TWO_PASS_COLS or more also take the two-pass path: held in
@@ -64,7 +65,9 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < cap_here ? pb->max_cluster : cap_here) : 1;
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
-    if (!pb->is_bwd && pb->stream) max_cluster = 0; /* streamed (two-pass) */
+    if (!pb->is_bwd && pb->stream && pb->cols >= FN_PLAN_STREAM_FWD_COLS &&
+        pb->cols * pb->x_bytes <= FN_PLAN_STREAM_FWD_MAX_BYTES)
+        max_cluster = 0; /* streamed (two-pass) */
     double best_cost = 1e30;
     for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {
         for (int ept = 4; ept <= 32; ept *= 2) {

@@ -33,9 +33,9 @@ typedef struct fn_plan_problem {
                            * dtype, staged: the backend checks shared memory); 0 leaves it out */
     int max_tpr;          /* threads per row at most (0: 512). The SHIFT kernels take 256: with their
                            * 128 registers a CTA of more than 256 threads is alone on its SM */
-    int stream;           /* forward: the streaming kernel runs this call (x, y, weight and bias of one
-                           * dtype, no residual, vector access) and the row is long enough for it
-                           * (FN_PLAN_STREAM_FWD_COLS): the two-pass path, which then streams */
+    int stream;           /* forward: the streaming kernel can run this call (x, y, weight and bias of
+                           * one dtype, no residual, vector access); the planner takes it for rows in
+                           * its range (FN_PLAN_STREAM_FWD_*) as the two-pass path, which then streams */
 } fn_plan_problem;
 
 typedef struct fn_plan {
@@ -60,12 +60,20 @@ typedef struct fn_plan {
  * 0.45-0.91x (the general kernel's per-row costs, three barriers per row). */
 #define FN_PLAN_SHIFT_MAX_COLS 2048
 
-/* Forward rows of the common call (see stream in fn_plan_problem) this long
- * are streamed, one 512-thread CTA per row reading it twice (three times for
- * LayerNorm), the re-reads from L1, instead of held in clusters of CTAs.
- * Measured (H200, M*N = 2^30 or M = 32768, % of copy bandwidth, clusters ->
- * streamed): see docs/perf.md, session 7. */
+/* Forward rows of the common call (see stream in fn_plan_problem) of at
+ * least FN_PLAN_STREAM_FWD_COLS columns and at most FN_PLAN_STREAM_FWD_MAX_BYTES
+ * bytes are streamed: one 512-thread CTA per row reads it twice (LayerNorm:
+ * three times), the re-reads from L1, instead of holding it in a cluster of
+ * CTAs. Measured (H200, % of copy, clusters -> streamed; docs/perf.md,
+ * session 7): RMSNorm bf16 N = 32768 68.8 -> 89.1, 65536 60.2 -> 69.2;
+ * LayerNorm bf16 32768 50.8 -> 70.8, 65536 44.4 -> 51.0; fp32 32768 RMSNorm
+ * 64.5 -> 70.9, LayerNorm 55.9 -> 63.0. Longer rows no longer fit L1 twice
+ * per SM: fp32 LayerNorm at 65536 lost 11%, bf16 LayerNorm at 131072 5%, so
+ * the clusters keep them (past the clusters' coverage, two-pass rows of this
+ * call stream anyway: RMSNorm bf16 262144 48.4 -> 56.3). At 8192 and 16384
+ * the register tile is as fast or faster. */
 #define FN_PLAN_STREAM_FWD_COLS 32768
+#define FN_PLAN_STREAM_FWD_MAX_BYTES (128 * 1024)
 
 /* The element-per-thread values the kernels are instantiated for (the
  * backward's 32 only for 16-bit rows with vector access; see wide_bwd). */

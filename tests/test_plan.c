@@ -35,7 +35,9 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
     const int vec = vec_ok ? 16 / x_bytes : 1;
     ASSERT_EQ_INT(p.vec, vec);
     if (!vec_ok && cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
-    if (!is_bwd && stream) ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
+    const int streamed = !is_bwd && stream && cols >= FN_PLAN_STREAM_FWD_COLS &&
+                         cols * x_bytes <= FN_PLAN_STREAM_FWD_MAX_BYTES;
+    if (streamed) ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
     if (p.path == FN_PATH_ROWS_IN_REGISTERS) {
         ASSERT_TRUE(fn_plan_ept_allowed(is_bwd, vec, p.ept));
         ASSERT_TRUE((int64_t)p.cluster * p.tpr * p.ept >= cols);
@@ -49,7 +51,7 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
     } else {
         ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
         ASSERT_TRUE(cols > max_coverage(is_bwd, vec, cc, wide) || (!vec_ok && cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) ||
-                    (!is_bwd && stream));
+                    streamed);
         ASSERT_EQ_INT(p.threads, fn_plan_two_pass_threads(cols, x_bytes));
         ASSERT_TRUE(p.threads >= 128 && p.threads <= 512 && p.threads % 32 == 0);
         ASSERT_EQ_INT(p.tpr, p.threads);
@@ -66,13 +68,12 @@ int main(void)
             for (int cc = 8; cc <= 9; cc++)
                 for (int vec_ok = 0; vec_ok < 2; vec_ok++)
                     for (int wide = 0; wide < 2; wide++) {
-                        /* stream: only set by the backend for forward rows with vector access */
+                        /* stream: set by the backend only for forward calls with vector access */
                         const int stream = !is_bwd && vec_ok && wide; /* (wide: one of the two runs) */
                         for (int64_t cols = 1; cols <= 20000; cols += cols < 600 ? 1 : 37)
-                            check_one(is_bwd, cols, x_bytes, vec_ok, cc, wide, stream && cols >= FN_PLAN_STREAM_FWD_COLS);
+                            check_one(is_bwd, cols, x_bytes, vec_ok, cc, wide, stream);
                         for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
-                            check_one(is_bwd, extra[i], x_bytes, vec_ok, cc, wide,
-                                      stream && extra[i] >= FN_PLAN_STREAM_FWD_COLS);
+                            check_one(is_bwd, extra[i], x_bytes, vec_ok, cc, wide, stream);
                     }
 
     /* The shapes of docs/perf.md (bf16, 16-byte vectors, sm_90; the
@@ -100,10 +101,24 @@ int main(void)
     fn_plan_problem fwd_huge = {0, 262144, 2, 1, 9, 16, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).threads, 512);
-    /* The streaming forward's calls: two-pass with 512 threads from 32768 bf16. */
-    fn_plan_problem fwd_stream = {0, FN_PLAN_STREAM_FWD_COLS, 2, 1, 9, 16, 0, 0, 1};
+    /* The streaming forward's calls: two-pass with 512 threads for bf16 rows
+     * of 32768 and 65536 and fp32 rows of 32768; clusters past 128 KiB. */
+    fn_plan_problem fwd_stream = {0, 32768, 2, 1, 9, 16, 0, 0, 1};
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).threads, 512);
+    fwd_stream.cols = 65536;
+    ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
+    fwd_stream.cols = 131072;
+    ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_ROWS_IN_REGISTERS);
+    fwd_stream.x_bytes = 4;
+    fwd_stream.cols = 32768;
+    ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
+    fwd_stream.cols = 65536;
+    ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_ROWS_IN_REGISTERS);
+    fwd_stream.x_bytes = 2;
+    fwd_stream.cols = 16384;
+    ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_ROWS_IN_REGISTERS);
+    fwd_stream.cols = 32768;
     fwd_stream.stream = 0; /* any other call: a cluster of 2 */
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_ROWS_IN_REGISTERS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).cluster, 2);

@@ -301,14 +301,6 @@ static int64_t shift_max_cols(void)
     return v ? strtoll(v, NULL, 10) : FN_PLAN_SHIFT_MAX_COLS;
 }
 
-/* Lab knob: FUSEDNORM_STREAM_FWD_COLS=K moves the streaming forward's
- * threshold (FN_PLAN_STREAM_FWD_COLS) to K columns. Not for production. */
-static int64_t stream_fwd_cols(void)
-{
-    const char *v = getenv("FUSEDNORM_STREAM_FWD_COLS");
-    return v ? strtoll(v, NULL, 10) : FN_PLAN_STREAM_FWD_COLS;
-}
-
 /* Sanitizer knob (bench/device.sh sanitize): FUSEDNORM_GRID_CAP=K keeps the
  * persistent grids to at most K CTAs (clusters), so that a small problem still
  * walks several rows per CTA and exercises the pipeline's stage reuse, the
@@ -401,8 +393,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
                          vector_vec_ok(a->weight.data) && vector_vec_ok(a->bias.data);
     /* The streaming kernel's call: x, y, weight and bias of one dtype, no residual. */
     const int streamable = vec_ok && !a->residual.data && !a->residual_out.data && dt_y == (int)act && dt_w == (int)act;
-    fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16, 0, shift_ok ? 256 : 0,
-                          streamable && a->cols >= stream_fwd_cols()};
+    fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16, 0, shift_ok ? 256 : 0, streamable};
     fn_plan pl = plan_for(&pb, "FUSEDNORM_PLAN_FWD", &p.tpr, &p.rows_per_block, &p.cluster);
     if (shift_ok) {
         p.shift = pl.path == FN_PATH_ROWS_IN_REGISTERS && fn_fwd_shift_fits(&p, pl.ept);
@@ -428,7 +419,8 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     }
     if (s == FUSEDNORM_OK && pl.path == FN_PATH_TWO_PASS) {
         /* Any row of the streaming kernel's call that goes two-pass streams
-         * (also those past the register tiles' coverage). */
+         * (also those past the register tiles' coverage, and those the lab
+         * knob FUSEDNORM_PLAN_FWD=0,0,0 sends there). */
         p.stream = streamable;
         /* A grid-stride loop over rows: a full SM's worth of CTAs per SM. */
         const int64_t most = (int64_t)df.sm_count * (2048 / pl.threads);

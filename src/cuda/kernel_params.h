@@ -32,7 +32,7 @@ typedef struct fn_fwd_params {
     int shift;                        /* rows off a 16-byte boundary, realigned in shared memory (the
                                        * SHIFT kernel; the backend checks fn_fwd_shift_fits) */
     int stream;                       /* two-pass path: the streaming kernel (the backend checked
-                                       * the call: see stream_ok in fn_plan_problem) */
+                                       * the call: see stream in fn_plan_problem) */
 } fn_fwd_params;
 
 typedef struct fn_bwd_params {

@@ -15,6 +15,9 @@
  *    cluster * tpr * EPT (262144 on sm_90). Its SHIFT variant takes 16-bit
  *    rows that start off a 16-byte boundary (odd N, odd pitches), realigned
  *    in shared memory (common.cuh), up to FN_PLAN_SHIFT_MAX_COLS.
+ *  - norm_fwd_stream: long rows of the common call (x, y, weight, bias of
+ *    one dtype, no residual, 16-byte vectors): one CTA per row, the row read
+ *    once per statistic and once for the output, the re-reads from L1.
  *  - norm_fwd_two_pass: any N and any alignment. One CTA per row
  *    (grid-stride), re-reading the row from global memory for each statistic
  *    and for the output; rows peeled to their 16-byte boundary.
@@ -358,10 +361,10 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_two_pass(const fn_fwd_params 
  * statistics' reads ask L1 to keep the row and the output's read lets it go,
  * so the re-reads hit L1 (rows of up to tens of KiB) or L2. Registers stay
  * low (raw vectors, no feature branches in the loops), two CTAs per SM.
- * The call (the backend's stream_ok): x and y of dtype TX, weight and bias
+ * The call (the backend's `streamable`): x and y of dtype TX, weight and bias
  * absent or of dtype TX, no residual, every row 16-byte aligned with
- * N % VEC == 0. Against the cluster tiles (H200, RMSNorm bf16, % of copy):
- * see FN_PLAN_STREAM_FWD_COLS. */
+ * N % VEC == 0. Where the planner takes it, and what it measured: plan.h,
+ * FN_PLAN_STREAM_FWD_COLS. */
 template <typename TX, int VEC, bool LN>
 __global__ void __launch_bounds__(512, 2) norm_fwd_stream(const fn_fwd_params p)
 {
