@@ -159,6 +159,7 @@ if has sanitize; then
   #   4096    registers, cp.async pipeline (16-bit), weight cache, PLAIN variants
   #   4097    two-pass, rows peeled to 16 bytes, dweight partials in shared memory
   #   16384   one CTA per row: the backward's 32-element tile (128 KiB of stages)
+  #   32768   the streaming forward (one CTA per row, re-reads from L1)
   #   65536   clusters (distributed shared memory)
   #   131072  the largest clusters (8 fwd, 16 bwd)
   #   300000  column split: two-pass statistics pass, then norm_bwd_columns
@@ -172,7 +173,7 @@ if has sanitize; then
   # Device time (session 4, the default set with SANITIZE_ROWS=12 RACECHECK_ROWS=8):
   # about 200 s for the whole stage; memcheck with the default grids at 96 rows and
   # every column count did not finish in 100 s, at 24 rows 131072 and 300000 took 38 s.
-  COLS=${SANITIZE_COLS:-256,999,2048,4096,4097,16384,65536,131072,300000}
+  COLS=${SANITIZE_COLS:-256,999,2048,4096,4097,16384,32768,65536,131072,300000}
   san() { # name tool timeout cmd...
     local name=$1 tool=$2 t=$3; shift 3
     timeout "$t" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" >"$OUT/sanitize_$name.log" 2>&1
@@ -183,7 +184,7 @@ if has sanitize; then
   }
   for tool in ${SANITIZERS:-memcheck racecheck synccheck initcheck}; do
     rows=${SANITIZE_ROWS:-24} cols=$COLS t=${SANITIZE_TIMEOUT:-150}
-    [ $tool = racecheck ] && { rows=${RACECHECK_ROWS:-12} cols=${RACECHECK_COLS:-256,999,2048,4096,4097,16384} t=${RACECHECK_TIMEOUT:-240}; }
+    [ $tool = racecheck ] && { rows=${RACECHECK_ROWS:-12} cols=${RACECHECK_COLS:-256,999,2048,4096,4097,16384,32768} t=${RACECHECK_TIMEOUT:-240}; }
     FUSEDNORM_GRID_CAP=2 san "$tool" "$tool" "$t" "$FN" check --backend cuda --quiet --rows $rows --cols $cols
     if [ $tool = memcheck ]; then
       san memcheck_default_grid memcheck "$t" "$FN" check --backend cuda --quiet --rows 24 --cols $COLS
@@ -202,7 +203,8 @@ fi
 if has bench; then
   log "bench"
   # 1001 and 2047: rows off 16 bytes (SHIFT); 2000, 3000, 12000: rows that
-  # fill their tile in part (PLAIN, not EXACT); 4097, 65537: two-pass
+  # fill their tile in part (PLAIN, not EXACT); 4097, 65537: two-pass; 32768,
+  # 65536: the streaming forward
   COLS=256,1001,1024,2000,2047,2048,3000,4096,4097,8192,12000,16384,32768,65536,65537,131072,262144
   [ "${QUICK:-0}" = 1 ] && COLS=256,1024,4096,8192,32768,131072
   COLS=${BENCH_COLS:-$COLS}
