@@ -391,8 +391,10 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
                          tensor_shift_ok(&a->residual, act) &&
                          tensor_shift_ok(&a->y, act) && tensor_shift_ok(&a->residual_out, act) &&
                          vector_vec_ok(a->weight.data) && vector_vec_ok(a->bias.data);
-    /* The streaming kernel's call: x, y, weight and bias of one dtype, no residual. */
-    const int streamable = vec_ok && !a->residual.data && !a->residual_out.data && dt_y == (int)act && dt_w == (int)act;
+    /* The streaming kernel's call: x, y, weight and bias of one dtype, no
+     * residual, and a row's vector count well inside its 32-bit indexing. */
+    const int streamable = vec_ok && !a->residual.data && !a->residual_out.data && dt_y == (int)act &&
+                           dt_w == (int)act && a->cols <= ((int64_t)1 << 30);
     fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16, 0, shift_ok ? 256 : 0, streamable};
     fn_plan pl = plan_for(&pb, "FUSEDNORM_PLAN_FWD", &p.tpr, &p.rows_per_block, &p.cluster);
     if (shift_ok) {

@@ -363,8 +363,8 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_two_pass(const fn_fwd_params 
  * low (raw vectors, no feature branches in the loops), two CTAs per SM.
  * The call (the backend's `streamable`): x and y of dtype TX, weight and bias
  * absent or of dtype TX, no residual, every row 16-byte aligned with
- * N % VEC == 0. Where the planner takes it, and what it measured: plan.h,
- * FN_PLAN_STREAM_FWD_COLS. */
+ * N % VEC == 0 and N <= 2^30 (vector indexes in 32 bits). Where the
+ * planner takes it, and what it measured: plan.h, FN_PLAN_STREAM_FWD_COLS. */
 template <typename TX, int VEC, bool LN>
 __global__ void __launch_bounds__(512, 2) norm_fwd_stream(const fn_fwd_params p)
 {
