@@ -219,6 +219,20 @@ void th_suite_nonfinite(fusednorm_backend be)
             }
 }
 
+/* The backward of a training step as both suites below make it: the forward
+ * stores rstd (and mean for LayerNorm), the backward is handed them and
+ * computes dweight; 9 rows past 32768 columns keep the CPU reference quick,
+ * 33 otherwise. */
+static th_case training_case(fusednorm_norm norm, int64_t cols, fusednorm_dtype dt)
+{
+    th_case c = th_case_default(norm, cols > 32768 ? 9 : 33, cols, dt);
+    c.store_rstd = 1;
+    c.store_mean = norm == FUSEDNORM_LAYERNORM;
+    c.bwd_stats_given = 1;
+    c.dweight_on = 1;
+    return c;
+}
+
 /* The calls training makes, at the row lengths that fill a CUDA tile exactly
  * (powers of two, 256..32768): the fast variants of the CUDA kernels (PLAIN,
  * rows held in registers, several rows per CTA with their own barriers,
@@ -227,8 +241,7 @@ void th_suite_nonfinite(fusednorm_backend be)
  * the end. */
 void th_suite_training(fusednorm_backend be)
 {
-    /* Up to 262144: the backward's wide tile in clusters of 2 to 16 (9 rows
-     * of the largest keep the CPU reference quick). 2000, 3000 and 12000 fill
+    /* Up to 262144: the backward's wide tile in clusters of 2 to 16. 2000, 3000 and 12000 fill
      * their tiles only in part (the PLAIN variants with column checks). */
     static const int64_t cols[] = {256, 1024, 2000, 2048, 3000, 4096, 8192, 12000, 16384, 32768, 65536, 131072, 262144};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
@@ -240,11 +253,7 @@ void th_suite_training(fusednorm_backend be)
                  * dresidual would be dx itself); 5: the residual call in
                  * place (y == x, residual_out == residual, dx == dy, ...) */
                 const fusednorm_norm norm = kind == 1 || kind == 2 ? FUSEDNORM_LAYERNORM : FUSEDNORM_RMSNORM;
-                th_case c = th_case_default(norm, cols[i] > 32768 ? 9 : 33, cols[i], all_dtypes[d]);
-                c.store_rstd = 1;
-                c.store_mean = norm == FUSEDNORM_LAYERNORM;
-                c.bwd_stats_given = 1;
-                c.dweight_on = 1;
+                th_case c = training_case(norm, cols[i], all_dtypes[d]);
                 if (kind == 1) c.bias_on = c.dbias_on = 1;
                 if (kind >= 3) c.residual_on = c.residual_out_on = c.dresidual_out_on = 1;
                 if (kind == 3) c.dresidual_on = 1;
@@ -275,11 +284,7 @@ void th_suite_shifted(fusednorm_backend be)
                  * 4: activations one element off, padded pitches;
                  * 5: LayerNorm with every feature, odd pitches */
                 const fusednorm_norm norm = kind == 1 || kind == 5 ? FUSEDNORM_LAYERNORM : FUSEDNORM_RMSNORM;
-                th_case c = th_case_default(norm, cols[i] > 32768 ? 9 : 33, cols[i], dts[d]);
-                c.store_rstd = 1;
-                c.store_mean = norm == FUSEDNORM_LAYERNORM;
-                c.bwd_stats_given = 1;
-                c.dweight_on = 1;
+                th_case c = training_case(norm, cols[i], dts[d]);
                 if (kind == 1) c.bias_on = c.dbias_on = 1;
                 if (kind == 2) c.residual_on = c.residual_out_on = c.dresidual_out_on = c.dresidual_on = 1;
                 if (kind == 3) apply_features(&c, 8);
