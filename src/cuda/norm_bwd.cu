@@ -182,11 +182,11 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
             }
             if constexpr (SHIFT) {
                 const unsigned sx = stage_s + (unsigned)(st * per_stage) * 16u, sn = (unsigned)xst_chunks * 16u;
-                issue_shifted<K>(sx, nthr, shifted_row(p.x, row, p.sx, slice, N - slice, 2), lane, tpr);
-                issue_shifted<K>(sx + sn, nthr, shifted_row(p.dy, row, p.sdy, slice, N - slice, 2), lane, tpr);
+                issue_shifted<K>(sx, nthr, shifted_row(p.x, row, p.sx, slice, N - slice, 2), lane, tpr, row == p.rows - 1);
+                issue_shifted<K>(sx + sn, nthr, shifted_row(p.dy, row, p.sdy, slice, N - slice, 2), lane, tpr, row == p.rows - 1);
                 if (has_dres_out)
                     issue_shifted<K>(sx + 2 * sn, nthr, shifted_row(p.dres_out, row, p.sdres_out, slice, N - slice, 2),
-                                     lane, tpr);
+                                     lane, tpr, row == p.rows - 1);
                 cp_async_commit();
                 return;
             }

@@ -102,10 +102,10 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_fwd_rows_in_
         const int64_t row = g * p.rows_per_block + sub;
         if (SHIFT && g < groups && row < p.rows) {
             const unsigned sx = stage_s + (unsigned)(st * per_stage) * 16u;
-            issue_shifted<K>(sx, nthr, shifted_row(p.x, row, p.sx, slice, N - slice, 2), lane, tpr);
+            issue_shifted<K>(sx, nthr, shifted_row(p.x, row, p.sx, slice, N - slice, 2), lane, tpr, row == p.rows - 1);
             if (has_res)
                 issue_shifted<K>(sx + (unsigned)xst_chunks * 16u, nthr,
-                                 shifted_row(p.res, row, p.sres, slice, N - slice, 2), lane, tpr);
+                                 shifted_row(p.res, row, p.sres, slice, N - slice, 2), lane, tpr, row == p.rows - 1);
         } else if (g < groups && row < p.rows) {
             const unsigned sx = stage_s + (unsigned)(st * per_stage + (int)threadIdx.x) * 16u,
                            sr = sx + (unsigned)(K * chx * nthr) * 16u;
