@@ -24,9 +24,10 @@
  * backend turns a two-pass backward whose partial rows do not fit shared
  * memory into the column split).
  *
- * Forward rows of the common call (the backend's `stream`) from
- * FN_PLAN_STREAM_FWD_COLS columns up to FN_PLAN_STREAM_FWD_MAX_BYTES take the
- * two-pass path in its streaming form.
+ * Forward rows the streaming kernel can run (the backend's `stream`) from
+ * FN_PLAN_STREAM_FWD_COLS columns, or FN_PLAN_STREAM_FWD_RES_BYTES bytes with
+ * a residual stream, take the two-pass path in its streaming form
+ * (fn_plan_streams).
  *
  * Without vector access (odd N, misaligned pointers or row pitches), rows of
  * FN_PLAN_SCALAR_TWO_PASS_COLS or more also take the two-pass path: held in
@@ -65,9 +66,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < cap_here ? pb->max_cluster : cap_here) : 1;
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
-    if (!pb->is_bwd && pb->stream && pb->cols >= FN_PLAN_STREAM_FWD_COLS &&
-        pb->cols * pb->x_bytes <= FN_PLAN_STREAM_FWD_MAX_BYTES)
-        max_cluster = 0; /* streamed (two-pass) */
+    if (fn_plan_streams(pb)) max_cluster = 0; /* streamed (two-pass) */
     double best_cost = 1e30;
     for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {
         for (int ept = 4; ept <= 32; ept *= 2) {
@@ -111,6 +110,14 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
         fn_plan_use_two_pass(&best, pb->cols, pb->x_bytes);
     }
     return best;
+}
+
+int fn_plan_streams(const fn_plan_problem *pb)
+{
+    if (pb->is_bwd) return 0;
+    if (pb->stream == FN_STREAM_COMMON) return pb->cols >= FN_PLAN_STREAM_FWD_COLS;
+    if (pb->stream == FN_STREAM_RESIDUAL) return pb->cols * pb->x_bytes >= FN_PLAN_STREAM_FWD_RES_BYTES;
+    return 0;
 }
 
 void fn_plan_use_two_pass(fn_plan *pl, int64_t cols, int x_bytes)

@@ -33,9 +33,10 @@ typedef struct fn_plan_problem {
                            * dtype, staged: the backend checks shared memory); 0 leaves it out */
     int max_tpr;          /* threads per row at most (0: 512). The SHIFT kernels take 256: with their
                            * 128 registers a CTA of more than 256 threads is alone on its SM */
-    int stream;           /* forward: the streaming kernel can run this call (x, y, weight and bias of
-                           * one dtype, no residual, vector access); the planner takes it for rows in
-                           * its range (FN_PLAN_STREAM_FWD_*) as the two-pass path, which then streams */
+    int stream;           /* forward: the streaming kernel can run this call (FN_STREAM_*: x, y, weight
+                           * and bias of one dtype, vector access; with a residual stream of that dtype
+                           * or without one); the planner takes it for rows in its range
+                           * (FN_PLAN_STREAM_FWD_*) as the two-pass path, which then streams */
 } fn_plan_problem;
 
 typedef struct fn_plan {
@@ -60,20 +61,32 @@ typedef struct fn_plan {
  * 0.45-0.91x (the general kernel's per-row costs, three barriers per row). */
 #define FN_PLAN_SHIFT_MAX_COLS 2048
 
-/* Forward rows of the common call (see stream in fn_plan_problem) of at
- * least FN_PLAN_STREAM_FWD_COLS columns and at most FN_PLAN_STREAM_FWD_MAX_BYTES
- * bytes are streamed: one 512-thread CTA per row reads it twice (LayerNorm:
- * three times), the re-reads from L1, instead of holding it in a cluster of
- * CTAs. Measured (H200, % of copy, clusters -> streamed; docs/perf.md,
- * session 7): RMSNorm bf16 N = 32768 68.8 -> 89.1, 65536 60.2 -> 69.2;
- * LayerNorm bf16 32768 50.8 -> 70.8, 65536 44.4 -> 51.0; fp32 32768 RMSNorm
- * 64.5 -> 70.9, LayerNorm 55.9 -> 63.0. Longer rows no longer fit L1 twice
- * per SM: fp32 LayerNorm at 65536 lost 11%, bf16 LayerNorm at 131072 5%, so
- * the clusters keep them (past the clusters' coverage, two-pass rows of this
- * call stream anyway: RMSNorm bf16 262144 48.4 -> 56.3). At 8192 and 16384
- * the register tile is as fast or faster. */
+/* fn_plan_problem.stream */
+enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
+
+/* Forward rows the streaming kernel can run (see stream in fn_plan_problem)
+ * are streamed from FN_PLAN_STREAM_FWD_COLS columns (without a residual) or
+ * from FN_PLAN_STREAM_FWD_RES_BYTES bytes of x per row (with one): one
+ * 512-thread CTA per row reads it twice (LayerNorm's statistics in one read),
+ * the re-read from L1 or L2, instead of holding it in registers or a cluster.
+ * Measured (H200, M = 32768 or M * N = 2^30, GB/s, planner before -> streamed;
+ * docs/perf.md, sessions 7 and 8):
+ *  - RMSNorm bf16 N = 32768 2928 -> 3791, 65536 2562 -> 2944, 131072 2286 ->
+ *    2371; LayerNorm bf16 32768 2169 -> 3087 (session 7's three reads: 3008),
+ *    65536 2140 -> 2209, 131072 1697 -> 2008, 262144 1651 -> 2049; LayerNorm
+ *    fp32 65536 2142 -> 2376, 131072 2061 -> 2397;
+ *  - below 32768 columns the register tiles are as fast or faster (RMSNorm
+ *    bf16 16384 3795 / 3777, 2048 3512 / 2928; LayerNorm 0.5-0.94x);
+ *  - with a residual stream (bf16 / fp32 rows of 32 KiB and more): RMSNorm
+ *    bf16 16384 2297 -> 3811, 32768 2134 -> 3238, 65536 1932 -> 2657,
+ *    262144 2310 -> 2645, LayerNorm bf16 16384 2103 -> 3320; fp32 8192 3292
+ *    -> 3837, 16384 3177 -> 3240, 65536 2461 -> 2688; shorter rows lost
+ *    (bf16 8192 0.98x, fp32 4096 0.87x). */
 #define FN_PLAN_STREAM_FWD_COLS 32768
-#define FN_PLAN_STREAM_FWD_MAX_BYTES (128 * 1024)
+#define FN_PLAN_STREAM_FWD_RES_BYTES (32 * 1024)
+
+/* Whether the planner streams a forward row (plan.c). */
+int fn_plan_streams(const fn_plan_problem *pb);
 
 /* The element-per-thread values the kernels are instantiated for (the
  * backward's 32 only for 16-bit rows with vector access; see wide_bwd). */

@@ -35,8 +35,9 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
     const int vec = vec_ok ? 16 / x_bytes : 1;
     ASSERT_EQ_INT(p.vec, vec);
     if (!vec_ok && cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
-    const int streamed = !is_bwd && stream && cols >= FN_PLAN_STREAM_FWD_COLS &&
-                         cols * x_bytes <= FN_PLAN_STREAM_FWD_MAX_BYTES;
+    const int streamed = !is_bwd && ((stream == FN_STREAM_COMMON && cols >= FN_PLAN_STREAM_FWD_COLS) ||
+                                     (stream == FN_STREAM_RESIDUAL && cols * x_bytes >= FN_PLAN_STREAM_FWD_RES_BYTES));
+    ASSERT_EQ_INT(fn_plan_streams(&pb), streamed);
     if (streamed) ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
     if (p.path == FN_PATH_ROWS_IN_REGISTERS) {
         ASSERT_TRUE(fn_plan_ept_allowed(is_bwd, vec, p.ept));
@@ -67,14 +68,31 @@ int main(void)
         for (int x_bytes = 2; x_bytes <= 4; x_bytes += 2)
             for (int cc = 8; cc <= 9; cc++)
                 for (int vec_ok = 0; vec_ok < 2; vec_ok++)
-                    for (int wide = 0; wide < 2; wide++) {
-                        /* stream: set by the backend only for forward calls with vector access */
-                        const int stream = !is_bwd && vec_ok && wide; /* (wide: one of the two runs) */
-                        for (int64_t cols = 1; cols <= 20000; cols += cols < 600 ? 1 : 37)
-                            check_one(is_bwd, cols, x_bytes, vec_ok, cc, wide, stream);
-                        for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
-                            check_one(is_bwd, extra[i], x_bytes, vec_ok, cc, wide, stream);
-                    }
+                    for (int wide = 0; wide < 2; wide++)
+                        for (int stream = FN_STREAM_NONE; stream <= FN_STREAM_RESIDUAL; stream++) {
+                            /* stream: set by the backend only for forward calls with vector access */
+                            if (stream != FN_STREAM_NONE && (is_bwd || !vec_ok)) continue;
+                            for (int64_t cols = 1; cols <= 20000; cols += cols < 600 ? 1 : 37)
+                                check_one(is_bwd, cols, x_bytes, vec_ok, cc, wide, stream);
+                            for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+                                check_one(is_bwd, extra[i], x_bytes, vec_ok, cc, wide, stream);
+                        }
+
+    /* Where the forward streams (docs/perf.md, session 8): the common call
+     * from 32768 columns with no upper bound, the residual call from rows
+     * of 32 KiB (bf16 16384, fp32 8192). */
+    struct { int64_t cols; int x_bytes, stream, streams; } streamed[] = {
+        {16384, 2, FN_STREAM_COMMON, 0},   {32768, 2, FN_STREAM_COMMON, 1},  {262144, 2, FN_STREAM_COMMON, 1},
+        {1 << 20, 4, FN_STREAM_COMMON, 1}, {8192, 2, FN_STREAM_RESIDUAL, 0}, {16384, 2, FN_STREAM_RESIDUAL, 1},
+        {4096, 4, FN_STREAM_RESIDUAL, 0},  {8192, 4, FN_STREAM_RESIDUAL, 1}, {65536, 2, FN_STREAM_NONE, 0},
+    };
+    for (size_t i = 0; i < sizeof streamed / sizeof streamed[0]; i++) {
+        fn_plan_problem pb = {0, streamed[i].cols, streamed[i].x_bytes, 1, 9, 16, 0, 0, streamed[i].stream};
+        snprintf(th_context, sizeof th_context, "streams: cols %lld x_bytes %d stream %d", (long long)streamed[i].cols,
+                 streamed[i].x_bytes, streamed[i].stream);
+        ASSERT_EQ_INT(fn_plan_streams(&pb), streamed[i].streams);
+        ASSERT_EQ_INT(fn_plan_make(&pb).path, streamed[i].streams ? FN_PATH_TWO_PASS : FN_PATH_ROWS_IN_REGISTERS);
+    }
 
     /* The shapes of docs/perf.md (bf16, 16-byte vectors, sm_90; the
      * backward's wide tile launchable, as on the H200). */
@@ -101,20 +119,20 @@ int main(void)
     fn_plan_problem fwd_huge = {0, 262144, 2, 1, 9, 16, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).threads, 512);
-    /* The streaming forward's calls: two-pass with 512 threads for bf16 rows
-     * of 32768 and 65536 and fp32 rows of 32768; clusters past 128 KiB. */
-    fn_plan_problem fwd_stream = {0, 32768, 2, 1, 9, 16, 0, 0, 1};
+    /* The streaming forward's calls: two-pass with 512 threads for rows of
+     * 32768 columns and more, bf16 and fp32 (no cluster past it). */
+    fn_plan_problem fwd_stream = {0, 32768, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON};
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).threads, 512);
     fwd_stream.cols = 65536;
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
     fwd_stream.cols = 131072;
-    ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_ROWS_IN_REGISTERS);
+    ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
     fwd_stream.x_bytes = 4;
     fwd_stream.cols = 32768;
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
     fwd_stream.cols = 65536;
-    ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_ROWS_IN_REGISTERS);
+    ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
     fwd_stream.x_bytes = 2;
     fwd_stream.cols = 16384;
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_ROWS_IN_REGISTERS);

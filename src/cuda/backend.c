@@ -391,10 +391,13 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
                          tensor_shift_ok(&a->residual, act) &&
                          tensor_shift_ok(&a->y, act) && tensor_shift_ok(&a->residual_out, act) &&
                          vector_vec_ok(a->weight.data) && vector_vec_ok(a->bias.data);
-    /* The streaming kernel's call: x, y, weight and bias of one dtype, no
-     * residual, and a row's vector count well inside its 32-bit indexing. */
-    const int streamable = vec_ok && !a->residual.data && !a->residual_out.data && dt_y == (int)act &&
-                           dt_w == (int)act && a->cols <= ((int64_t)1 << 30);
+    /* The streaming kernel's call: x, y, weight, bias, residual and
+     * residual_out of one dtype, and a row's vector count well inside its
+     * 32-bit indexing. */
+    const int streamable = !(vec_ok && dt_r == (int)act && dt_ro == (int)act && dt_y == (int)act && dt_w == (int)act &&
+                             a->cols <= ((int64_t)1 << 30))
+                               ? FN_STREAM_NONE
+                               : (a->residual.data || a->residual_out.data ? FN_STREAM_RESIDUAL : FN_STREAM_COMMON);
     fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16, 0, shift_ok ? 256 : 0, streamable};
     fn_plan pl = plan_for(&pb, "FUSEDNORM_PLAN_FWD", &p.tpr, &p.rows_per_block, &p.cluster);
     if (shift_ok) {
@@ -423,7 +426,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
         /* Any row of the streaming kernel's call that goes two-pass streams
          * (also those past the register tiles' coverage, and those the lab
          * knob FUSEDNORM_PLAN_FWD=0,0,0 sends there). */
-        p.stream = streamable;
+        p.stream = streamable != FN_STREAM_NONE;
         /* A grid-stride loop over rows: a full SM's worth of CTAs per SM. */
         const int64_t most = (int64_t)df.sm_count * (2048 / pl.threads);
         const int64_t grid = grid_cap(a->rows < most ? a->rows : most);

@@ -292,6 +292,80 @@ __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm,
     buf ^= 1;
 }
 
+/* Count, mean and sum of squared deviations of a set of values, merged as in
+ * Chan et al.'s parallel variance: LayerNorm's statistics in one read of the
+ * row. The merge is exact algebra but not commutative in its rounding, so
+ * every merge below takes its operands in a fixed order (the lower lane or
+ * warp first) and every thread ends with the same bits. */
+struct MeanM2 {
+    float n, mean, m2;
+};
+
+/* The weight b.n / n is taken with the fast division (2 ulp, the same bits
+ * on every thread): an IEEE division per merge cost the streaming forward 8%
+ * at N = 32768 (session 8). */
+__device__ __forceinline__ MeanM2 merge_mean_m2(const MeanM2 &a, const MeanM2 &b)
+{
+    if (b.n == 0.0f) return a;
+    if (a.n == 0.0f) return b;
+    const float n = a.n + b.n, d = b.mean - a.mean, fb = __fdividef(b.n, n);
+    return {n, a.mean + d * fb, a.m2 + b.m2 + d * d * a.n * fb};
+}
+
+/* One thread's running statistics over its values: sums of (h - k) and
+ * (h - k)^2 with k the thread's first value, so the loop over the row has no
+ * division. With k one of the n values, (mean - k)^2 <= (n - 1) * M2 / n and
+ * the cancellation in M2 = s2 - s1^2 / n costs at most about n ulp of M2
+ * (n: a thread's share of the row, VEC * vectors per thread). */
+struct ShiftedSums {
+    float k, s1, s2;
+    int n;
+    template <int VEC> __device__ __forceinline__ void add(const float (&h)[VEC])
+    {
+        if (n == 0) k = h[0];
+        #pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            const float d = h[j] - k;
+            s1 += d;
+            s2 = fmaf(d, d, s2);
+        }
+        n += VEC;
+    }
+    __device__ __forceinline__ MeanM2 mean_m2() const
+    {
+        if (n == 0) return {0.0f, 0.0f, 0.0f};
+        const float inv = 1.0f / (float)n;
+        return {(float)n, k + s1 * inv, fmaxf(s2 - s1 * s1 * inv, 0.0f)};
+    }
+};
+
+/* One butterfly step of statistics over the lanes of a warp: the lower lane's
+ * operand first, so both lanes of a pair compute the same bits. */
+__device__ __forceinline__ MeanM2 shfl_merge(MeanM2 v, int off)
+{
+    const MeanM2 o = {__shfl_xor_sync(0xffffffffu, v.n, off), __shfl_xor_sync(0xffffffffu, v.mean, off),
+                      __shfl_xor_sync(0xffffffffu, v.m2, off)};
+    return (threadIdx.x & off) ? merge_mean_m2(o, v) : merge_mean_m2(v, o);
+}
+
+/* Merges every thread's statistics over a CTA that holds one row (blockDim.x a
+ * multiple of 32): a butterfly over the lanes, then every warp merges the
+ * warps' results from shared memory by a butterfly of its own (two buffers
+ * used in turn, so one barrier a call). Every thread returns the same bits. */
+__device__ __forceinline__ MeanM2 cta_allmerge(MeanM2 v, MeanM2 (&sm)[2][32], int &buf)
+{
+    const int lane = threadIdx.x & 31;
+    #pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v = shfl_merge(v, off);
+    if (lane == 0) sm[buf][threadIdx.x >> 5] = v;
+    __syncthreads();
+    MeanM2 r = lane < (int)(blockDim.x >> 5) ? sm[buf][lane] : MeanM2{0.0f, 0.0f, 0.0f};
+    #pragma unroll
+    for (int off = 16; off > 0; off >>= 1) r = shfl_merge(r, off);
+    buf ^= 1;
+    return r;
+}
+
 __device__ __forceinline__ unsigned cluster_rank()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -15,9 +15,9 @@
  *    cluster * tpr * EPT (262144 on sm_90). Its SHIFT variant takes 16-bit
  *    rows that start off a 16-byte boundary (odd N, odd pitches), realigned
  *    in shared memory (common.cuh), up to FN_PLAN_SHIFT_MAX_COLS.
- *  - norm_fwd_stream: long rows of the common call (x, y, weight, bias of
- *    one dtype, no residual, 16-byte vectors): one CTA per row, the row read
- *    once per statistic and once for the output, the re-reads from L1.
+ *  - norm_fwd_stream: long rows of the common call (x, y, weight, bias and
+ *    the residual stream of one dtype, 16-byte vectors): one CTA per row, the row read
+ *    once for its statistics and once for the output, the re-read from L1.
  *  - norm_fwd_two_pass: any N and any alignment. One CTA per row
  *    (grid-stride), re-reading the row from global memory for each statistic
  *    and for the output; rows peeled to their 16-byte boundary.
@@ -356,83 +356,110 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_two_pass(const fn_fwd_params 
 }
 
 /* Long rows of the common call, streamed: one 512-thread CTA per row at a
- * time (grid-stride), the row read once per statistic and once for the
- * output, four 16-byte vectors per thread in flight on each read. The
- * statistics' reads ask L1 to keep the row and the output's read lets it go,
- * so the re-reads hit L1 (rows of up to tens of KiB) or L2. Registers stay
- * low (raw vectors, no feature branches in the loops), two CTAs per SM.
- * The call (the backend's `streamable`): x and y of dtype TX, weight and bias
- * absent or of dtype TX, no residual, every row 16-byte aligned with
- * N % VEC == 0 and N <= 2^30 (vector indexes in 32 bits). Where the
- * planner takes it, and what it measured: plan.h, FN_PLAN_STREAM_FWD_COLS. */
-template <typename TX, int VEC, bool LN>
+ * time (grid-stride), the row read once for its statistics (LayerNorm's
+ * mean and squared deviations together: ShiftedSums, MeanM2) and once for the output,
+ * U 16-byte vectors of each input per thread in flight on each read. The
+ * first read asks L1 to keep the row and the output's read lets it go, so
+ * the re-read hits L1 (rows of up to tens of KiB) or L2. Registers stay low
+ * (raw vectors, no feature branches in the loops), two CTAs per SM.
+ * The call (the backend's `streamable`): x, y, residual and residual_out of
+ * dtype TX (RES: residual and/or residual_out present), weight and bias
+ * absent or of dtype TX, every row 16-byte aligned with N % VEC == 0 and
+ * N <= 2^30 (vector indexes in 32 bits). h = x + residual is formed in fp32
+ * on both reads; residual_out is written on the second, after the same
+ * thread has read that vector of residual (in place works). Where the
+ * planner takes it, and what it measured: plan.h, FN_PLAN_STREAM_FWD_*. */
+template <typename TX, int VEC, bool LN, bool RES>
 __global__ void __launch_bounds__(512, 2) norm_fwd_stream(const fn_fwd_params p)
 {
-    constexpr int U = 4; /* vectors in flight per thread */
+    /* vectors of each input in flight per thread (one CTA of two per SM;
+     * docs/perf.md step 42 measured one vector at four CTAs per SM on rows of
+     * 2048..16384: RMSNorm +2..4%, LayerNorm behind the register tile) */
+    constexpr int U = RES ? 2 : 4;
     static_assert(VEC * sizeof(TX) == 16, "one 16-byte vector");
     __shared__ RowReduceSmem sm;
-    int buf = 0;
+    __shared__ MeanM2 msm[2][32]; /* LayerNorm's statistics (cta_allmerge) */
+    int buf = 0, mbuf = 0;
     const int64_t N = p.cols;
     const int nv = (int)(N / VEC), T = blockDim.x;
     const uint4 *wv = (const uint4 *)p.w, *bv = (const uint4 *)p.b;
     for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
         const uint4 *xv = (const uint4 *)((const TX *)p.x + row * p.sx);
+        [[maybe_unused]] const uint4 *rv = RES && p.res ? (const uint4 *)((const TX *)p.res + row * p.sres) : nullptr;
         uint4 *yv = (uint4 *)((TX *)p.y + row * p.sy);
-        /* sum over the row of f(h), h the vector's elements as fp32 */
-        auto row_sum = [&](auto f) {
-            float acc[1] = {0.0f};
+        /* One read of the row: f(v, h) for each of this thread's vectors v in
+         * order, h = x (+ residual) as fp32; L1: the loads' L1 policy. */
+        auto read_row = [&](auto l1, auto f) {
+            constexpr int L1 = decltype(l1)::value;
             for (int v0 = threadIdx.x; v0 < nv; v0 += U * T) {
                 uint4 raw[U];
+                [[maybe_unused]] uint4 rres[RES ? U : 1];
                 #pragma unroll
                 for (int u = 0; u < U; u++)
-                    if (v0 + u * T < nv) raw[u] = ld_global16<FN_L1_KEEP>(xv + v0 + u * T);
+                    if (v0 + u * T < nv) {
+                        raw[u] = ld_global16<L1>(xv + v0 + u * T);
+                        if constexpr (RES)
+                            if (rv) rres[u] = ld_global16<L1>(rv + v0 + u * T);
+                    }
                 #pragma unroll
                 for (int u = 0; u < U; u++)
                     if (v0 + u * T < nv) {
                         float h[VEC];
                         unpack_raw<TX, VEC>(raw[u], h);
-                        #pragma unroll
-                        for (int j = 0; j < VEC; j++) acc[0] += f(h[j]);
+                        if constexpr (RES)
+                            if (rv) {
+                                float r[VEC];
+                                unpack_raw<TX, VEC>(rres[u], r);
+                                #pragma unroll
+                                for (int j = 0; j < VEC; j++) h[j] += r[j];
+                            }
+                        f(v0 + u * T, h);
                     }
             }
-            row_allreduce<1>(acc, sm, buf, T, 0, 1);
-            return acc[0];
         };
-        float mean = 0.0f;
-        if constexpr (LN) mean = row_sum([](float h) { return h; }) / (float)N;
-        const float rstd = rstd_of(row_sum([&](float h) { return (h - mean) * (h - mean); }), (float)N, p.eps);
+        using keep = std::integral_constant<int, FN_L1_KEEP>;
+        using drop = std::integral_constant<int, FN_L1_DROP>;
+        float mean = 0.0f, rstd;
+        if constexpr (LN) {
+            /* each vector's statistics merged into the thread's in order */
+            ShiftedSums ts = {0.0f, 0.0f, 0.0f, 0};
+            read_row(keep{}, [&](int, const float (&h)[VEC]) { ts.add(h); });
+            const MeanM2 st = cta_allmerge(ts.mean_m2(), msm, mbuf);
+            mean = st.mean;
+            rstd = rstd_of(st.m2, (float)N, p.eps);
+        } else {
+            float q[1] = {0.0f};
+            read_row(keep{}, [&](int, const float (&h)[VEC]) {
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) q[0] += h[j] * h[j];
+            });
+            row_allreduce<1>(q, sm, buf, T, 0, 1);
+            rstd = rstd_of(q[0], (float)N, p.eps);
+        }
         if (threadIdx.x == 0) {
             if (p.rstd) p.rstd[row] = rstd;
             if (p.mean) p.mean[row] = mean;
         }
-        for (int v0 = threadIdx.x; v0 < nv; v0 += U * T) {
-            uint4 raw[U];
+        read_row(drop{}, [&](int v, const float (&h)[VEC]) {
+            if constexpr (RES)
+                if (p.res_out) store_vec<TX, VEC>((TX *)p.res_out + row * p.sres_out + (int64_t)v * VEC, 0, h);
+            float y[VEC];
             #pragma unroll
-            for (int u = 0; u < U; u++)
-                if (v0 + u * T < nv) raw[u] = ld_global16<FN_L1_DROP>(xv + v0 + u * T);
-            #pragma unroll
-            for (int u = 0; u < U; u++)
-                if (v0 + u * T < nv) {
-                    const int v = v0 + u * T;
-                    float h[VEC], y[VEC];
-                    unpack_raw<TX, VEC>(raw[u], h);
-                    #pragma unroll
-                    for (int j = 0; j < VEC; j++) y[j] = (h[j] - mean) * rstd;
-                    if (wv) {
-                        float w[VEC];
-                        unpack_raw<TX, VEC>(wv[v], w);
-                        #pragma unroll
-                        for (int j = 0; j < VEC; j++) y[j] *= w[j] + p.w_off;
-                    }
-                    if (bv) {
-                        float b[VEC];
-                        unpack_raw<TX, VEC>(bv[v], b);
-                        #pragma unroll
-                        for (int j = 0; j < VEC; j++) y[j] += b[j];
-                    }
-                    store_vec<TX, VEC>((TX *)(yv + v), 0, y);
-                }
-        }
+            for (int j = 0; j < VEC; j++) y[j] = (h[j] - mean) * rstd;
+            if (wv) {
+                float w[VEC];
+                unpack_raw<TX, VEC>(ld_global16<FN_L1_KEEP>(wv + v), w); /* every row reads it */
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) y[j] *= w[j] + p.w_off;
+            }
+            if (bv) {
+                float b[VEC];
+                unpack_raw<TX, VEC>(ld_global16<FN_L1_KEEP>(bv + v), b);
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) y[j] += b[j];
+            }
+            store_vec<TX, VEC>((TX *)(yv + v), 0, y);
+        });
     }
 }
 
@@ -602,8 +629,14 @@ static cudaError_t two_pass_entry(const fn_fwd_params &p, int grid, int threads,
 {
     constexpr int VEC = 16 / sizeof(TX);
     if (p.stream) {
-        if (p.is_ln) norm_fwd_stream<TX, VEC, true><<<grid, threads, 0, s>>>(p);
-        else norm_fwd_stream<TX, VEC, false><<<grid, threads, 0, s>>>(p);
+        const bool res = p.res || p.res_out;
+        if (p.is_ln) {
+            if (res) norm_fwd_stream<TX, VEC, true, true><<<grid, threads, 0, s>>>(p);
+            else norm_fwd_stream<TX, VEC, true, false><<<grid, threads, 0, s>>>(p);
+        } else {
+            if (res) norm_fwd_stream<TX, VEC, false, true><<<grid, threads, 0, s>>>(p);
+            else norm_fwd_stream<TX, VEC, false, false><<<grid, threads, 0, s>>>(p);
+        }
         return cudaGetLastError();
     }
     /* Always the vector kernel: it peels each row to its alignment itself. */
