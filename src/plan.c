@@ -120,6 +120,12 @@ int fn_plan_streams(const fn_plan_problem *pb)
     return 0;
 }
 
+int fn_plan_stream_keeps_weight(const fn_plan_problem *pb)
+{
+    const int64_t row = pb->cols * pb->x_bytes * (pb->stream == FN_STREAM_RESIDUAL ? 2 : 1);
+    return row < FN_PLAN_STREAM_WEIGHT_L1_ROW_BYTES || row > FN_PLAN_STREAM_WEIGHT_L1_MAX_ROW_BYTES;
+}
+
 void fn_plan_use_two_pass(fn_plan *pl, int64_t cols, int x_bytes)
 {
     pl->path = FN_PATH_TWO_PASS;

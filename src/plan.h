@@ -88,6 +88,24 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
 /* Whether the planner streams a forward row (plan.c). */
 int fn_plan_streams(const fn_plan_problem *pb);
 
+/* Whether a streamed row keeps the weight and bias in L1 (evict_last) or
+ * reads them past it (no_allocate): they are read by every row, but a row
+ * (x, and the residual) of FN_PLAN_STREAM_WEIGHT_L1_ROW_BYTES or more no
+ * longer fits L1 twice beside them, and its re-read is what L1 is for.
+ * Measured (H200, GB/s, M = 32768 or M * N = 2^30, keep -> no_allocate):
+ *  - rows of 128 to 512 KiB: RMSNorm bf16 65536 2906 -> 3107, 131072 2360 ->
+ *    2646, 262144 2385 -> 2495; fp32 32768 3016 -> 3232, 65536 2515 -> 2757;
+ *    LayerNorm fp32 32768 2701 -> 2956, 65536 2373 -> 2577, bf16 131072
+ *    2008 -> 2083; residual bf16 65536 2673 -> 2860 (LayerNorm 2321 ->
+ *    2597);
+ *  - shorter rows lose without it: bf16 32768 RMSNorm 0.82x, LayerNorm
+ *    0.71x, residual bf16 16384 0.94x / 0.82x;
+ *  - past 512 KiB it no longer matters much: fp32 262144 RMSNorm 1.00x,
+ *    LayerNorm 0.98x. */
+#define FN_PLAN_STREAM_WEIGHT_L1_ROW_BYTES (128 * 1024)
+#define FN_PLAN_STREAM_WEIGHT_L1_MAX_ROW_BYTES (512 * 1024)
+int fn_plan_stream_keeps_weight(const fn_plan_problem *pb);
+
 /* The element-per-thread values the kernels are instantiated for (the
  * backward's 32 only for 16-bit rows with vector access; see wide_bwd). */
 int fn_plan_ept_allowed(int is_bwd, int vec, int ept);

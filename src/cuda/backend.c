@@ -426,7 +426,8 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
         /* Any row of the streaming kernel's call that goes two-pass streams
          * (also those past the register tiles' coverage, and those the lab
          * knob FUSEDNORM_PLAN_FWD=0,0,0 sends there). */
-        p.stream = streamable != FN_STREAM_NONE;
+        if (streamable != FN_STREAM_NONE)
+            p.stream = fn_plan_stream_keeps_weight(&pb) ? FN_STREAM_WEIGHT_L1_KEEP : FN_STREAM_WEIGHT_L1_NONE;
         /* A grid-stride loop over rows: a full SM's worth of CTAs per SM. */
         const int64_t most = (int64_t)df.sm_count * (2048 / pl.threads);
         const int64_t grid = grid_cap(a->rows < most ? a->rows : most);

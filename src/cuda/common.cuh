@@ -81,16 +81,22 @@ __device__ __forceinline__ void unpack_raw(const Raw &raw, float *out)
 }
 
 /* A 16-byte global load with an L1 policy: FN_L1_KEEP (evict_last) for a row
- * that will be read again soon, FN_L1_DROP (evict_first) for its last read.
+ * that will be read again soon, FN_L1_DROP (evict_first) for its last read,
+ * FN_L1_NONE (no_allocate) for data that should not take L1 from them (plain
+ * loads measured the same as evict_last).
  * The streaming forward (norm_fwd.cu) reads each row once per statistic and
  * once for the output; with these policies the re-reads hit L1. */
-enum { FN_L1_KEEP = 1, FN_L1_DROP = 2 };
+enum { FN_L1_KEEP = 1, FN_L1_DROP = 2, FN_L1_NONE = 3 };
 template <int L1>
 __device__ __forceinline__ uint4 ld_global16(const void *a)
 {
     uint4 r;
     if constexpr (L1 == FN_L1_KEEP)
         asm volatile("ld.global.L1::evict_last.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                     : "l"(a));
+    else if constexpr (L1 == FN_L1_NONE)
+        asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                      : "l"(a));
     else

@@ -32,8 +32,11 @@ typedef struct fn_fwd_params {
     int shift;                        /* rows off a 16-byte boundary, realigned in shared memory (the
                                        * SHIFT kernel; the backend checks fn_fwd_shift_fits) */
     int stream;                       /* two-pass path: the streaming kernel (the backend checked
-                                       * the call: see stream in fn_plan_problem) */
+                                       * the call: see stream in fn_plan_problem), with the weight
+                                       * and bias kept in L1 or not (FN_STREAM_WEIGHT_L1_*) */
 } fn_fwd_params;
+
+enum { FN_STREAM_WEIGHT_L1_KEEP = 1, FN_STREAM_WEIGHT_L1_NONE = 2 };
 
 typedef struct fn_bwd_params {
     const void *dy, *x, *w, *dres_out;

@@ -360,7 +360,10 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_two_pass(const fn_fwd_params 
  * mean and squared deviations together: ShiftedSums, MeanM2) and once for the output,
  * U 16-byte vectors of each input per thread in flight on each read. The
  * first read asks L1 to keep the row and the output's read lets it go, so
- * the re-read hits L1 (rows of up to tens of KiB) or L2. Registers stay low
+ * the re-read hits L1 (rows of up to tens of KiB) or L2. The weight and bias,
+ * read by every row, are kept in L1 (WL1 = FN_L1_KEEP) where that leaves room
+ * for the rows, else not allocated there (FN_L1_NONE; the planner decides:
+ * fn_plan_stream_keeps_weight). Registers stay low
  * (raw vectors, no feature branches in the loops), two CTAs per SM.
  * The call (the backend's `streamable`): x, y, residual and residual_out of
  * dtype TX (RES: residual and/or residual_out present), weight and bias
@@ -369,7 +372,7 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_two_pass(const fn_fwd_params 
  * on both reads; residual_out is written on the second, after the same
  * thread has read that vector of residual (in place works). Where the
  * planner takes it, and what it measured: plan.h, FN_PLAN_STREAM_FWD_*. */
-template <typename TX, int VEC, bool LN, bool RES>
+template <typename TX, int VEC, bool LN, bool RES, int WL1>
 __global__ void __launch_bounds__(512, 2) norm_fwd_stream(const fn_fwd_params p)
 {
     /* vectors of each input in flight per thread (one CTA of two per SM;
@@ -448,13 +451,13 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_stream(const fn_fwd_params p)
             for (int j = 0; j < VEC; j++) y[j] = (h[j] - mean) * rstd;
             if (wv) {
                 float w[VEC];
-                unpack_raw<TX, VEC>(ld_global16<FN_L1_KEEP>(wv + v), w); /* every row reads it */
+                unpack_raw<TX, VEC>(ld_global16<WL1>(wv + v), w);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) y[j] *= w[j] + p.w_off;
             }
             if (bv) {
                 float b[VEC];
-                unpack_raw<TX, VEC>(ld_global16<FN_L1_KEEP>(bv + v), b);
+                unpack_raw<TX, VEC>(ld_global16<WL1>(bv + v), b);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) y[j] += b[j];
             }
@@ -624,20 +627,28 @@ static cudaError_t rows_entry(const fn_fwd_params *p, int vec, int ept, int grid
     return cudaErrorInvalidValue;
 }
 
+template <typename TX, int WL1>
+static cudaError_t stream_launch(const fn_fwd_params &p, int grid, int threads, cudaStream_t s)
+{
+    constexpr int VEC = 16 / sizeof(TX);
+    const bool res = p.res || p.res_out;
+    if (p.is_ln) {
+        if (res) norm_fwd_stream<TX, VEC, true, true, WL1><<<grid, threads, 0, s>>>(p);
+        else norm_fwd_stream<TX, VEC, true, false, WL1><<<grid, threads, 0, s>>>(p);
+    } else {
+        if (res) norm_fwd_stream<TX, VEC, false, true, WL1><<<grid, threads, 0, s>>>(p);
+        else norm_fwd_stream<TX, VEC, false, false, WL1><<<grid, threads, 0, s>>>(p);
+    }
+    return cudaGetLastError();
+}
+
 template <typename TX>
 static cudaError_t two_pass_entry(const fn_fwd_params &p, int grid, int threads, cudaStream_t s)
 {
     constexpr int VEC = 16 / sizeof(TX);
     if (p.stream) {
-        const bool res = p.res || p.res_out;
-        if (p.is_ln) {
-            if (res) norm_fwd_stream<TX, VEC, true, true><<<grid, threads, 0, s>>>(p);
-            else norm_fwd_stream<TX, VEC, true, false><<<grid, threads, 0, s>>>(p);
-        } else {
-            if (res) norm_fwd_stream<TX, VEC, false, true><<<grid, threads, 0, s>>>(p);
-            else norm_fwd_stream<TX, VEC, false, false><<<grid, threads, 0, s>>>(p);
-        }
-        return cudaGetLastError();
+        if (p.stream == FN_STREAM_WEIGHT_L1_KEEP) return stream_launch<TX, FN_L1_KEEP>(p, grid, threads, s);
+        return stream_launch<TX, FN_L1_NONE>(p, grid, threads, s);
     }
     /* Always the vector kernel: it peels each row to its alignment itself. */
     norm_fwd_two_pass<TX, VEC><<<grid, threads, 0, s>>>(p);
