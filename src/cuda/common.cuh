@@ -320,9 +320,12 @@ __device__ __forceinline__ MeanM2 merge_mean_m2(const MeanM2 &a, const MeanM2 &b
 
 /* One thread's running statistics over its values: sums of (h - k) and
  * (h - k)^2 with k the thread's first value, so the loop over the row has no
- * division. With k one of the n values, (mean - k)^2 <= (n - 1) * M2 / n and
- * the cancellation in M2 = s2 - s1^2 / n costs at most about n ulp of M2
- * (n: a thread's share of the row, VEC * vectors per thread). */
+ * division. With k one of the n values, (mean - k)^2 <= (n - 1) * M2 / n, so
+ * s2 <= n * M2: the cancellation in M2 = s2 - s1^2 / n multiplies the sums'
+ * rounding error by at most n (n: a thread's share of the row, VEC * vectors
+ * per thread: 64 at N = 32768, 512 at 262144 bf16). That bound is reached by
+ * a thread whose first value is an outlier far from its other values; for
+ * values spread like the rest of their row the factor is about 2. */
 struct ShiftedSums {
     float k, s1, s2;
     int n;
