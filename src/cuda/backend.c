@@ -394,10 +394,10 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     /* The streaming kernel's call: x, y, weight, bias, residual and
      * residual_out of one dtype, and a row's vector count well inside its
      * 32-bit indexing. */
-    const int streamable = !(vec_ok && dt_r == (int)act && dt_ro == (int)act && dt_y == (int)act && dt_w == (int)act &&
-                             a->cols <= ((int64_t)1 << 30))
-                               ? FN_STREAM_NONE
-                               : (a->residual.data || a->residual_out.data ? FN_STREAM_RESIDUAL : FN_STREAM_COMMON);
+    const int stream_call = vec_ok && dt_r == (int)act && dt_ro == (int)act && dt_y == (int)act &&
+                            dt_w == (int)act && a->cols <= ((int64_t)1 << 30);
+    const int has_res = a->residual.data || a->residual_out.data;
+    const int streamable = !stream_call ? FN_STREAM_NONE : has_res ? FN_STREAM_RESIDUAL : FN_STREAM_COMMON;
     fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16, 0, shift_ok ? 256 : 0, streamable};
     fn_plan pl = plan_for(&pb, "FUSEDNORM_PLAN_FWD", &p.tpr, &p.rows_per_block, &p.cluster);
     if (shift_ok) {

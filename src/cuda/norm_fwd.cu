@@ -424,7 +424,7 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_stream(const fn_fwd_params p)
         using drop = std::integral_constant<int, FN_L1_DROP>;
         float mean = 0.0f, rstd;
         if constexpr (LN) {
-            /* each vector's statistics merged into the thread's in order */
+            /* the thread's shifted sums, then merged over the CTA */
             ShiftedSums ts = {0.0f, 0.0f, 0.0f, 0};
             read_row(keep{}, [&](int, const float (&h)[VEC]) { ts.add(h); });
             const MeanM2 st = cta_allmerge(ts.mean_m2(), msm, mbuf);
