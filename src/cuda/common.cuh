@@ -437,10 +437,11 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 }
 
 /* The CTA of a kernel compiled for TPR threads per row (the planner's rule):
- * short slices share CTAs of 256 threads, longer ones take a CTA each. The
- * kernels derive their CTA size and rows per CTA from it; the launchers
+ * short slices share a CTA of 256 threads as floor(256 / tpr) rows (256 for
+ * powers of two, tpr itself for 160, 192, 224), longer ones take a CTA each.
+ * The kernels derive their CTA size and rows per CTA from it; the launchers
  * check a plan against it before they pick such a kernel. */
-__host__ __device__ constexpr int static_tpr_threads(int tpr) { return tpr > 256 ? tpr : 256; }
+__host__ __device__ constexpr int static_tpr_threads(int tpr) { return tpr >= 256 ? tpr : 256 / tpr * tpr; }
 
 /* Both also size the launchers' pipeline stages (host side). */
 __host__ __device__ __forceinline__ int dtype_bytes(int dt) { return dt == FN_DT_F32 ? 4 : 2; }

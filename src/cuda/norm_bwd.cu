@@ -726,7 +726,7 @@ static size_t bwd_shift_smem(const fn_bwd_params &p, int ept, int threads, size_
 }
 
 /* A PLAIN SHIFT variant (EXACT = false): with EPT 16 and tpr in {64, 128,
- * 256} in a CTA of 256 threads, the one compiled for that tpr; with EPT 16
+ * 160, 192, 224, 256} (CTAs of static_tpr_threads), the one compiled for that tpr; with EPT 16
  * and another tpr the general SHIFT kernel (the PLAIN ones at a run-time tpr
  * spilled 20-48 bytes at 128 registers); with EPT 8 the PLAIN one at a
  * run-time tpr. */
@@ -747,7 +747,7 @@ static cudaError_t launch_shift_plain(const fn_bwd_params &q, int grid, int thre
     };
     if constexpr (EPT == 16)
         if (threads == static_tpr_threads(q.tpr) && q.rows_per_block == threads / q.tpr)
-            return with_static_tpr<64, 128, 256>(q.tpr, launch, run_time_tpr);
+            return with_static_tpr<64, 128, 160, 192, 224, 256>(q.tpr, launch, run_time_tpr);
     return run_time_tpr();
 }
 

@@ -517,8 +517,8 @@ static size_t fwd_shift_smem(const fn_fwd_params &p, int ept, size_t *cache_off)
     return stages + outs + (size_t)((p.w != nullptr) + (p.b != nullptr)) * p.tpr * ept * sizeof(float);
 }
 
-/* A PLAIN SHIFT variant: with EPT 16 or 32 and tpr in {64, 128, 256} in a
- * CTA of 256 threads, the one compiled for that tpr. With EPT 32 and another
+/* A PLAIN SHIFT variant: with EPT 16 or 32 and tpr in {64, 128, 160, 192,
+ * 224, 256} (CTAs of static_tpr_threads), the one compiled for that tpr. With EPT 32 and another
  * tpr, the general SHIFT kernel: the PLAIN one at a run-time tpr spilled
  * (128 registers, 100 bytes), the general one did not. */
 template <typename TX, int VEC, int EPT, int PLAIN>
@@ -538,7 +538,7 @@ static cudaError_t launch_shift_plain(const fn_fwd_params &q, int grid, int thre
     };
     if constexpr (EPT >= 16)
         if (threads == static_tpr_threads(q.tpr) && q.rows_per_block == threads / q.tpr)
-            return with_static_tpr<64, 128, 256>(q.tpr, launch, run_time_tpr);
+            return with_static_tpr<64, 128, 160, 192, 224, 256>(q.tpr, launch, run_time_tpr);
     return run_time_tpr();
 }
 
