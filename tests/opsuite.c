@@ -268,13 +268,15 @@ void th_suite_training(fusednorm_backend be)
 /* Rows that start off a 16-byte boundary while the weight stays aligned:
  * odd N (each row at another byte offset), odd row pitches (pad) and
  * activations at an odd element offset (misalign 2). On CUDA, 16-bit rows of
- * one activation dtype up to FN_PLAN_SHIFT_MAX_COLS (2048) run the SHIFT
- * kernels there (realigned in shared memory), longer ones two-pass; the
+ * one activation dtype up to FN_PLAN_SHIFT_MAX_COLS (2048; the backward
+ * FN_PLAN_SHIFT_MAX_COLS_BWD, 8192) run the SHIFT kernels there (realigned
+ * in shared memory; 2305, 3001, 3333: the PLAIN SHIFT variants at tpr 160,
+ * 192, 224 with 16 elements per thread), longer ones two-pass; the
  * awkward shapes above reach them only now and then. (Past 2048 they ran,
  * and passed, SHIFT kernels in clusters too, before the limit.) */
 void th_suite_shifted(fusednorm_backend be)
 {
-    static const int64_t cols[] = {1, 7, 9, 127, 1001, 2047, 4097, 8191, 12289, 65537};
+    static const int64_t cols[] = {1, 7, 9, 127, 1001, 2047, 2305, 3001, 3333, 4097, 8191, 12289, 65537};
     static const fusednorm_dtype dts[2] = {FUSEDNORM_BF16, FUSEDNORM_F16};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
         for (int d = 0; d < 2; d++)

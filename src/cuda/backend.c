@@ -292,13 +292,13 @@ static fn_plan plan_for(const fn_plan_problem *pb, const char *var, int *tpr, in
     return pl;
 }
 
-/* Lab knob: FUSEDNORM_SHIFT_MAX_COLS=K moves the SHIFT kernels' limit
- * (FN_PLAN_SHIFT_MAX_COLS) to K columns, to measure them past it. Not for
- * production. */
-static int64_t shift_max_cols(void)
+/* The SHIFT kernels' limit per direction (FN_PLAN_SHIFT_MAX_COLS, _BWD).
+ * Lab knob: FUSEDNORM_SHIFT_MAX_COLS=K moves both to K columns, to measure
+ * them past it. Not for production. */
+static int64_t shift_max_cols(int is_bwd)
 {
     const char *v = getenv("FUSEDNORM_SHIFT_MAX_COLS");
-    return v ? strtoll(v, NULL, 10) : FN_PLAN_SHIFT_MAX_COLS;
+    return v ? strtoll(v, NULL, 10) : (is_bwd ? FN_PLAN_SHIFT_MAX_COLS_BWD : FN_PLAN_SHIFT_MAX_COLS);
 }
 
 /* Sanitizer knob (bench/device.sh sanitize): FUSEDNORM_GRID_CAP=K keeps the
@@ -387,7 +387,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
      * the vector tile when every activation is of the 16-bit dtype and the
      * weight and bias are aligned: the SHIFT kernel realigns them in shared
      * memory. Otherwise they take the scalar register tile or two-pass. */
-    const int shift_ok = !vec_ok && x_bytes == 2 && a->cols <= shift_max_cols() && tensor_shift_ok(&a->x, act) &&
+    const int shift_ok = !vec_ok && x_bytes == 2 && a->cols <= shift_max_cols(0) && tensor_shift_ok(&a->x, act) &&
                          tensor_shift_ok(&a->residual, act) &&
                          tensor_shift_ok(&a->y, act) && tensor_shift_ok(&a->residual_out, act) &&
                          vector_vec_ok(a->weight.data) && vector_vec_ok(a->bias.data);
@@ -524,7 +524,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
                        tensor_vec_ok(&a->dresidual_out) && tensor_vec_ok(&a->dx) && tensor_vec_ok(&a->dresidual) &&
                        vector_vec_ok(a->weight.data);
     /* Rows off a 16-byte boundary: the SHIFT kernel, as in the forward. */
-    const int shift_ok = !vec_ok && x_bytes == 2 && a->cols <= shift_max_cols() && tensor_shift_ok(&a->dy, act) &&
+    const int shift_ok = !vec_ok && x_bytes == 2 && a->cols <= shift_max_cols(1) && tensor_shift_ok(&a->dy, act) &&
                          tensor_shift_ok(&a->x, act) &&
                          tensor_shift_ok(&a->dresidual_out, act) && tensor_shift_ok(&a->dx, act) &&
                          tensor_shift_ok(&a->dresidual, act) && vector_vec_ok(a->weight.data);
