@@ -29,6 +29,9 @@ typedef struct th_case {
     int alias_y_x, alias_resout_res, alias_resout_x, alias_dx_dy, alias_dres_dresout;
     int skip_fwd, skip_bwd;
     int nonfinite; /* NaN/Inf planted in x (fwd, bwd) and dy: they must propagate as IEEE does */
+    int outliers;  /* x = +2^17 in column 0, -2^16 in column 8 of every row (fp32, bf16 only): a
+                    * few large activations (as LLMs have in a few channels) must not cost the
+                    * statistics their accuracy */
 } th_case;
 
 /* Outputs kept for cross-backend comparison (dense doubles, with the

@@ -304,6 +304,27 @@ void th_suite_shifted(fusednorm_backend be)
             }
 }
 
+/* LayerNorm (and RMSNorm) rows with two large values among uniform ones, at
+ * the row lengths the CUDA forward streams (one read for the mean and the
+ * squared deviations together) and one it holds in registers: rstd must keep
+ * its u*sqrt(N) accuracy. */
+void th_suite_outliers(fusednorm_backend be)
+{
+    static const int64_t cols[] = {4096, 32768, 65536, 131072, 262144};
+    static const fusednorm_dtype dts[2] = {FUSEDNORM_F32, FUSEDNORM_BF16};
+    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
+        for (int d = 0; d < 2; d++)
+            for (int kind = 0; kind < 3; kind++) {
+                /* 0: LayerNorm with bias; 1: LayerNorm with the residual
+                 * stream; 2: RMSNorm */
+                th_case c = training_case(kind == 2 ? FUSEDNORM_RMSNORM : FUSEDNORM_LAYERNORM, cols[i], dts[d]);
+                if (kind == 0) c.bias_on = c.dbias_on = 1;
+                if (kind == 1) c.residual_on = c.residual_out_on = c.dresidual_out_on = 1;
+                c.outliers = 1;
+                run_on(c, be);
+            }
+}
+
 void th_suite_all(fusednorm_backend be)
 {
     th_suite_nonfinite(be);
@@ -312,4 +333,5 @@ void th_suite_all(fusednorm_backend be)
     th_suite_mixes(be);
     th_suite_shapes(be);
     th_suite_shifted(be);
+    th_suite_outliers(be);
 }

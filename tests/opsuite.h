@@ -13,6 +13,7 @@ void th_suite_shapes(fusednorm_backend be);   /* awkward shapes, rows == 0, big 
 void th_suite_nonfinite(fusednorm_backend be); /* NaN/Inf inputs propagate, other rows unaffected */
 void th_suite_training(fusednorm_backend be);  /* the usual training calls at row lengths that fill a tile */
 void th_suite_shifted(fusednorm_backend be);  /* rows off a 16-byte boundary, weights aligned */
+void th_suite_outliers(fusednorm_backend be); /* a few large values per row: statistics stay accurate */
 void th_suite_all(fusednorm_backend be);
 
 #endif

@@ -320,19 +320,27 @@ __device__ __forceinline__ MeanM2 merge_mean_m2(const MeanM2 &a, const MeanM2 &b
 }
 
 /* One thread's running statistics over its values: sums of (h - k) and
- * (h - k)^2 with k the thread's first value, so the loop over the row has no
- * division. With k one of the n values, (mean - k)^2 <= (n - 1) * M2 / n, so
- * s2 <= n * M2: the cancellation in M2 = s2 - s1^2 / n multiplies the sums'
- * rounding error by at most n (n: a thread's share of the row, VEC * vectors
- * per thread: 64 at N = 32768, 512 at 262144 bf16). That bound is reached by
- * a thread whose first value is an outlier far from its other values; for
- * values spread like the rest of their row the factor is about 2. */
+ * (h - k)^2 with k the mean of the thread's first vector, so the loop over
+ * the row has no division. With k the mean of VEC of the n values,
+ * (mean - k)^2 <= M2 / VEC, so s2 <= (1 + n / VEC) * M2: the cancellation in
+ * M2 = s2 - s1^2 / n multiplies the sums' rounding error by at most
+ * 1 + n / VEC (the vectors per thread: 8 at N = 32768, 64 at 262144 bf16);
+ * for values spread like the rest of their row, by about 2. With k the
+ * thread's first value the bound was n (VEC times larger), and one large
+ * value first in a thread's share (2^17 among values in [-2, 2]) put rstd
+ * past its tolerance at 131072 and 262144 columns (an fp32 emulation of the
+ * kernel; tests/opcase.c, th_case.outliers). */
 struct ShiftedSums {
     float k, s1, s2;
     int n;
     template <int VEC> __device__ __forceinline__ void add(const float (&h)[VEC])
     {
-        if (n == 0) k = h[0];
+        if (n == 0) {
+            float s = 0.0f;
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) s += h[j];
+            k = s * (1.0f / VEC);
+        }
         #pragma unroll
         for (int j = 0; j < VEC; j++) {
             const float d = h[j] - k;
