@@ -410,6 +410,41 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     }
 
     int err = 0;
+    /* Lab knob FUSEDNORM_FWD_HOLD=U,G: the common call with rows of at most
+     * 512 * U vectors held whole in registers (norm_fwd_hold), U vectors per
+     * thread; G = 0: one CTA per row group, else G times the resident CTAs. */
+    const char *hold = getenv("FUSEDNORM_FWD_HOLD");
+    int hu = 0, hg = 0;
+    if (hold && sscanf(hold, "%d,%d", &hu, &hg) == 2 && streamable == FN_STREAM_COMMON &&
+        (hu == 1 || hu == 2 || hu == 4 || hu == 8)) {
+        const int64_t nv = a->cols / vec;
+        int64_t tpr = (nv + hu - 1) / hu;
+        if (tpr <= 32) {
+            int t = 1;
+            while (t < tpr) t <<= 1;
+            tpr = t;
+        } else {
+            tpr = (tpr + 31) / 32 * 32;
+        }
+        if (tpr <= 512) {
+            p.tpr = (int)tpr;
+            p.rows_per_block = tpr >= 256 ? 1 : 256 / (int)tpr;
+            p.cluster = 1;
+            const int threads = p.rows_per_block * p.tpr;
+            int64_t grid = (a->rows + p.rows_per_block - 1) / p.rows_per_block;
+            if (hg > 0) {
+                int act = 0;
+                err = fn_max_active_fwd_hold(&p, hu, threads, &act);
+                const int64_t most = (int64_t)df.sm_count * act * hg;
+                if (grid > most) grid = most;
+            }
+            if (grid > 0x7fffffff) grid = 0x7fffffff;
+            if (!err) err = fn_launch_fwd_hold(&p, hu, (int)grid_cap(grid), threads, a->stream);
+            guard_exit(&g);
+            if (err) return cuda_fail(fn, "kernel launch", (cudaError_t)err);
+            return FUSEDNORM_OK;
+        }
+    }
     if (pl.path == FN_PATH_ROWS_IN_REGISTERS) {
         /* Persistent grid: every resident CTA (cluster), none beyond the row groups. */
         int active = 0;

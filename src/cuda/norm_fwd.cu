@@ -466,6 +466,104 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_stream(const fn_fwd_params p)
     }
 }
 
+/* Rows held whole in registers at full occupancy (lab: FUSEDNORM_FWD_HOLD):
+ * the common call of norm_fwd_stream (x, y, weight and bias of one dtype,
+ * 16-byte vectors, no residual), each of a row's tpr threads holding U raw
+ * vectors (column lane + u * tpr, the same columns for every row it walks),
+ * rows_per_block rows per CTA. No staging and no persistent pipeline: the
+ * SM's other CTAs (small register budget, up to 2048 threads) hide one CTA's
+ * reductions. LayerNorm reduces twice over the held values (exact centred
+ * sums). RMSNorm with U = 1 holds the weight in registers; otherwise the
+ * weight (and bias) is re-read from L1 for each row (held, more spilled
+ * under the 32 registers of four 512-thread CTAs per SM). */
+template <typename TX, int VEC, bool LN, int U, int MINB>
+__global__ void __launch_bounds__(512, MINB) norm_fwd_hold(const fn_fwd_params p)
+{
+    static_assert(VEC * sizeof(TX) == 16, "one 16-byte vector");
+    constexpr bool WREG = !LN && U == 1; /* more spilled under 32 registers */
+    __shared__ RowReduceSmem sm;
+    int buf = 0;
+    const int tpr = p.tpr, rpb = p.rows_per_block, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
+    const int nv = (int)(p.cols / VEC);
+    const float n = (float)p.cols;
+    const uint4 *wv = (const uint4 *)p.w, *bv = (const uint4 *)p.b;
+    [[maybe_unused]] uint4 wr[WREG ? U : 1], br[WREG && LN ? U : 1];
+    if constexpr (WREG) {
+        #pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int v = lane + u * tpr;
+            wr[u] = wv && v < nv ? ld_global16<FN_L1_KEEP>(wv + v) : make_uint4(0, 0, 0, 0);
+            if constexpr (LN) br[u] = bv && v < nv ? ld_global16<FN_L1_KEEP>(bv + v) : make_uint4(0, 0, 0, 0);
+        }
+    }
+    for (int64_t g = blockIdx.x; g * rpb < p.rows; g += gridDim.x) {
+        const int64_t row = g * rpb + sub;
+        const bool row_ok = row < p.rows;
+        const uint4 *xv = (const uint4 *)((const TX *)p.x + row * p.sx);
+        uint4 raw[U];
+        #pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int v = lane + u * tpr;
+            raw[u] = row_ok && v < nv ? ld_global16<FN_L1_DROP>(xv + v) : make_uint4(0, 0, 0, 0);
+        }
+        float mean = 0.0f;
+        if constexpr (LN) {
+            float s[1] = {0.0f};
+            #pragma unroll
+            for (int u = 0; u < U; u++) {
+                float h[VEC];
+                unpack_raw<TX, VEC>(raw[u], h);
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) s[0] += h[j];
+            }
+            row_allreduce<1>(s, sm, buf, tpr, sub, 1);
+            mean = s[0] / n;
+        }
+        float q[1] = {0.0f};
+        #pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (LN && lane + u * tpr >= nv) continue; /* zeros, not zeros - mean */
+            float h[VEC];
+            unpack_raw<TX, VEC>(raw[u], h);
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                const float d = h[j] - mean;
+                q[0] += d * d;
+            }
+        }
+        row_allreduce<1>(q, sm, buf, tpr, sub, 1);
+        const float rstd = rstd_of(q[0], n, p.eps);
+        if (row_ok && lane == 0) {
+            if (p.rstd) p.rstd[row] = rstd;
+            if (p.mean) p.mean[row] = mean;
+        }
+        if (!row_ok) continue;
+        uint4 *yv = (uint4 *)((TX *)p.y + row * p.sy);
+        #pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int v = lane + u * tpr;
+            if (v >= nv) continue;
+            float h[VEC], y[VEC];
+            unpack_raw<TX, VEC>(raw[u], h);
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) y[j] = (h[j] - mean) * rstd;
+            if (wv) {
+                float w[VEC];
+                unpack_raw<TX, VEC>(WREG ? wr[u] : ld_global16<FN_L1_KEEP>(wv + v), w);
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) y[j] *= w[j] + p.w_off;
+            }
+            if (bv) {
+                float b[VEC];
+                unpack_raw<TX, VEC>(WREG && LN ? br[u] : ld_global16<FN_L1_KEEP>(bv + v), b);
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) y[j] += b[j];
+            }
+            store_vec<TX, VEC>((TX *)(yv + v), 0, y);
+        }
+    }
+}
+
 /* ---- launchers ------------------------------------------------------------ */
 
 /* The common call, for which the kernel drops every feature branch (see
@@ -655,6 +753,45 @@ static cudaError_t two_pass_entry(const fn_fwd_params &p, int grid, int threads,
     return cudaGetLastError();
 }
 
+template <typename TX, bool LN, int U>
+static cudaError_t hold_launch_u(const fn_fwd_params &p, int grid, int threads, cudaStream_t s, int *active)
+{
+    constexpr int VEC = 16 / sizeof(TX), MINB = U <= 2 ? 4 : U == 4 ? 3 : 2;
+    auto k = norm_fwd_hold<TX, VEC, LN, U, MINB>;
+    if (active) return cudaOccupancyMaxActiveBlocksPerMultiprocessor(active, k, threads, 0);
+    k<<<grid, threads, 0, s>>>(p);
+    return cudaGetLastError();
+}
+
+template <typename TX, bool LN>
+static cudaError_t hold_launch_ln(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s, int *active)
+{
+    switch (u) {
+    case 1: return hold_launch_u<TX, LN, 1>(p, grid, threads, s, active);
+    case 2: return hold_launch_u<TX, LN, 2>(p, grid, threads, s, active);
+    case 4: return hold_launch_u<TX, LN, 4>(p, grid, threads, s, active);
+    case 8: return hold_launch_u<TX, LN, 8>(p, grid, threads, s, active);
+    }
+    return cudaErrorInvalidValue;
+}
+
+template <typename TX>
+static cudaError_t hold_entry(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s, int *active)
+{
+    return p.is_ln ? hold_launch_ln<TX, true>(p, u, grid, threads, s, active)
+                   : hold_launch_ln<TX, false>(p, u, grid, threads, s, active);
+}
+
+static cudaError_t hold_dispatch(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s, int *active)
+{
+    switch (p.dt_x) {
+    case FN_DT_F32: return hold_entry<float>(p, u, grid, threads, s, active);
+    case FN_DT_F16: return hold_entry<__half>(p, u, grid, threads, s, active);
+    case FN_DT_BF16: return hold_entry<__nv_bfloat16>(p, u, grid, threads, s, active);
+    }
+    return cudaErrorInvalidValue;
+}
+
 } // namespace fn
 
 extern "C" int fn_launch_fwd_rows(const fn_fwd_params *p, int vec, int ept, int grid, int threads, void *stream)
@@ -683,4 +820,14 @@ extern "C" int fn_launch_fwd_two_pass(const fn_fwd_params *p, int grid, int thre
     case FN_DT_BF16: return (int)fn::two_pass_entry<__nv_bfloat16>(*p, grid, threads, s);
     }
     return (int)cudaErrorInvalidValue;
+}
+
+extern "C" int fn_launch_fwd_hold(const fn_fwd_params *p, int u, int grid, int threads, void *stream)
+{
+    return (int)fn::hold_dispatch(*p, u, grid, threads, (cudaStream_t)stream, nullptr);
+}
+
+extern "C" int fn_max_active_fwd_hold(const fn_fwd_params *p, int u, int threads, int *count)
+{
+    return (int)fn::hold_dispatch(*p, u, 1, threads, nullptr, count);
 }
