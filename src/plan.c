@@ -24,6 +24,11 @@
  * backend turns a two-pass backward whose partial rows do not fit shared
  * memory into the column split).
  *
+ * The forward's common call (x, y, weight and bias of one dtype, 16-byte
+ * vectors, no residual) on rows of FN_PLAN_HELD_MIN_VECTORS to
+ * FN_PLAN_HELD_MAX_VECTORS vectors takes FN_PATH_HELD (fn_plan_use_held):
+ * whole rows in registers, many small CTAs resident per SM.
+ *
  * Forward rows the streaming kernel can run (the backend's `stream`) from
  * FN_PLAN_STREAM_FWD_COLS columns, or FN_PLAN_STREAM_FWD_RES_BYTES bytes with
  * a residual stream, take the two-pass path in its streaming form
@@ -67,6 +72,12 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
     if (fn_plan_streams(pb)) max_cluster = 0; /* streamed (two-pass) */
+    if (!pb->is_bwd && pb->stream == FN_STREAM_COMMON && pb->vec_ok) {
+        const int64_t nv = pb->cols / vec;
+        if (nv >= FN_PLAN_HELD_MIN_VECTORS && nv <= FN_PLAN_HELD_MAX_VECTORS && !fn_plan_streams(pb) &&
+            fn_plan_use_held(&best, pb->cols, pb->x_bytes, (nv + 7) / 8 > 32 ? 8 : 4))
+            return best;
+    }
     double best_cost = 1e30;
     for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {
         for (int ept = 4; ept <= 32; ept *= 2) {
@@ -124,6 +135,28 @@ int fn_plan_stream_keeps_weight(const fn_plan_problem *pb)
 {
     const int64_t row = pb->cols * pb->x_bytes * (pb->stream == FN_STREAM_RESIDUAL ? 2 : 1);
     return row < FN_PLAN_STREAM_WEIGHT_L1_ROW_BYTES || row > FN_PLAN_STREAM_WEIGHT_L1_MAX_ROW_BYTES;
+}
+
+int fn_plan_use_held(fn_plan *pl, int64_t cols, int x_bytes, int u)
+{
+    const int vec = 16 / x_bytes;
+    int64_t tpr = (cols / vec + u - 1) / u;
+    if (u < 2 || u > 8 || (u & (u - 1)) || cols % vec || tpr > 512) return 0;
+    if (tpr <= 32) {
+        int t = 1;
+        while (t < tpr) t <<= 1;
+        tpr = t;
+    } else {
+        tpr = (tpr + 31) / 32 * 32;
+    }
+    pl->path = FN_PATH_HELD;
+    pl->vec = vec;
+    pl->ept = u * vec;
+    pl->tpr = (int)tpr;
+    pl->rows_per_block = tpr >= 256 ? 1 : 256 / (int)tpr;
+    pl->threads = pl->rows_per_block * pl->tpr;
+    pl->cluster = 1;
+    return 1;
 }
 
 void fn_plan_use_two_pass(fn_plan *pl, int64_t cols, int x_bytes)

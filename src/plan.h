@@ -17,9 +17,13 @@ extern "C" {
 typedef enum fn_path {
     FN_PATH_ROWS_IN_REGISTERS = 0, /* row slices in registers; clusters of CTAs on sm_90 */
     FN_PATH_TWO_PASS = 1,          /* any N, any alignment: one CTA per row, the row re-read from memory */
-    FN_PATH_COLUMN_SPLIT = 2       /* backward only, chosen by the backend where two-pass partials would not
+    FN_PATH_COLUMN_SPLIT = 2,      /* backward only, chosen by the backend where two-pass partials would not
                                     * fit shared memory: row statistics first (two-pass kernel), then CTAs
                                     * that own a column range over a group of rows */
+    FN_PATH_HELD = 3               /* forward only, the streaming kernel's common call (see stream below) on
+                                    * rows of FN_PLAN_HELD_MIN_VECTORS..FN_PLAN_HELD_MAX_VECTORS vectors: each
+                                    * row held whole in registers, ept / vec raw vectors per thread, one CTA
+                                    * per group of rows_per_block rows (no persistent grid, no staging) */
 } fn_path;
 
 typedef struct fn_plan_problem {
@@ -90,6 +94,29 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
 #define FN_PLAN_STREAM_FWD_COLS 32768
 #define FN_PLAN_STREAM_FWD_RES_BYTES (32 * 1024)
 
+/* The common call (stream == FN_STREAM_COMMON) on rows of
+ * FN_PLAN_HELD_MIN_VECTORS to FN_PLAN_HELD_MAX_VECTORS 16-byte vectors, short
+ * of the streamed ones, takes FN_PATH_HELD: U = 8 vectors per thread where
+ * that leaves more than a warp per row, else U = 4; ceil(vectors / U)
+ * threads per row (a power of two up to 32, else whole warps), rows of up to
+ * 256 threads sharing a CTA. Small register budgets (40 registers at U = 4,
+ * 64 at U = 8) let the SM keep 1024-2048 threads resident, whose CTAs cover
+ * each other's reductions, where the register tiles keep a persistent grid
+ * and a pipeline. Measured (H200, M = 32768, % of copy, register tile ->
+ * held at U = 4 / 8; docs/perf.md, session 9, step 48):
+ *  - RMSNorm bf16 1024 75.8 -> 77.7 / 76.0, 2048 82.4 -> 85.5 / 83.1, 3000
+ *    76.7 -> 86.1 / 86.1, 4096 83.3 -> 90.1 / 89.7, 8192 85.6 -> 92.0 / 91.7,
+ *    12000 84.1 -> 92.0 / 91.9, 16384 89.4 -> 92.1 / 92.1;
+ *  - LayerNorm bf16 1024 71.3 -> 71.7 / 66.9, 2048 78.4 -> 80.7 / 79.4, 3000
+ *    72.2 -> 72.9 / 83.6, 4096 78.4 -> 85.5 / 86.9, 8192 83.3 -> 87.4 /
+ *    89.8, 12000 67.6 -> 91.6 / 92.2, 16384 85.3 -> 91.4 / 91.1;
+ *  - RMSNorm fp32 1024 85.1 -> 85.2 / 83.7, 2048 87.1 -> 89.7 / 90.0, 4096
+ *    89.4 -> 91.7 / 91.9, 8192 90.8 -> 92.4 / 92.3, 12000 82.3 -> - / 93.3,
+ *    16384 91.9 -> - / 93.3;
+ *  - N = 256 (32 vectors) lost: LayerNorm bf16 51.2 -> 43.6 at U = 4. */
+#define FN_PLAN_HELD_MIN_VECTORS 128
+#define FN_PLAN_HELD_MAX_VECTORS (8 * 512)
+
 /* Whether the planner streams a forward row (plan.c). */
 int fn_plan_streams(const fn_plan_problem *pb);
 
@@ -133,6 +160,11 @@ typedef struct fn_column_split {
 } fn_column_split;
 fn_column_split fn_plan_column_split(int64_t rows, int64_t cols, int x_bytes, int threads, int sm_count,
                                      int blocks_per_sm);
+
+/* Turns pl into the held plan for this row with u vectors per thread (2, 4
+ * or 8; the planner's U, or the lab knob's): 0 when the row does not fit 512
+ * threads. */
+int fn_plan_use_held(fn_plan *pl, int64_t cols, int x_bytes, int u);
 
 /* Always succeeds: falls back to FN_PATH_TWO_PASS when no register plan fits. */
 fn_plan fn_plan_make(const fn_plan_problem *pb);

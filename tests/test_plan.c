@@ -39,7 +39,25 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
                                      (stream == FN_STREAM_RESIDUAL && cols * x_bytes >= FN_PLAN_STREAM_FWD_RES_BYTES));
     ASSERT_EQ_INT(fn_plan_streams(&pb), streamed);
     if (streamed) ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
-    if (p.path == FN_PATH_ROWS_IN_REGISTERS) {
+    const int64_t nv = vec_ok && cols % vec == 0 ? cols / vec : 0;
+    const int held = !is_bwd && stream == FN_STREAM_COMMON && !streamed && nv >= FN_PLAN_HELD_MIN_VECTORS &&
+                     nv <= FN_PLAN_HELD_MAX_VECTORS;
+    ASSERT_EQ_INT(p.path == FN_PATH_HELD, held);
+    if (p.path == FN_PATH_HELD) {
+        /* U raw vectors per thread: 8 where that leaves more than a warp
+         * per row, else 4; the row covered, with less than one U's worth
+         * of vectors of slack per thread beyond the rounding of tpr */
+        const int u = p.ept / vec;
+        ASSERT_EQ_INT(p.ept % vec, 0);
+        ASSERT_EQ_INT(u, (nv + 7) / 8 > 32 ? 8 : 4);
+        ASSERT_TRUE((int64_t)p.tpr * u >= nv);
+        ASSERT_TRUE(p.tpr < 32 ? (p.tpr & (p.tpr - 1)) == 0 : p.tpr % 32 == 0);
+        ASSERT_TRUE(p.tpr <= 32 ? (int64_t)(p.tpr / 2) * u < nv : (int64_t)(p.tpr - 32) * u < nv);
+        ASSERT_EQ_INT(p.rows_per_block, p.tpr >= 256 ? 1 : 256 / p.tpr);
+        ASSERT_EQ_INT(p.threads, p.rows_per_block * p.tpr);
+        ASSERT_TRUE(p.threads >= 32 && p.threads <= 512 && p.threads % 32 == 0);
+        ASSERT_EQ_INT(p.cluster, 1);
+    } else if (p.path == FN_PATH_ROWS_IN_REGISTERS) {
         ASSERT_TRUE(fn_plan_ept_allowed(is_bwd, vec, p.ept));
         ASSERT_TRUE((int64_t)p.cluster * p.tpr * p.ept >= cols);
         ASSERT_TRUE(p.tpr >= 1 && p.tpr <= 512);
@@ -95,9 +113,50 @@ int main(void)
         snprintf(th_context, sizeof th_context, "streams: cols %lld x_bytes %d stream %d", (long long)streamed[i].cols,
                  streamed[i].x_bytes, streamed[i].stream);
         ASSERT_EQ_INT(fn_plan_streams(&pb), streamed[i].streams);
-        ASSERT_EQ_INT(fn_plan_make(&pb).path, streamed[i].streams ? FN_PATH_TWO_PASS : FN_PATH_ROWS_IN_REGISTERS);
+        const int held = streamed[i].stream == FN_STREAM_COMMON && streamed[i].cols * streamed[i].x_bytes <= 65536;
+        ASSERT_EQ_INT(fn_plan_make(&pb).path, streamed[i].streams ? FN_PATH_TWO_PASS
+                                              : held              ? FN_PATH_HELD
+                                                                  : FN_PATH_ROWS_IN_REGISTERS);
         if (streamed[i].keeps >= 0) ASSERT_EQ_INT(fn_plan_stream_keeps_weight(&pb), streamed[i].keeps);
     }
+
+    /* The held forward's plans for the shapes of docs/perf.md (session 9,
+     * step 48): U = ept / vec vectors per thread, tpr threads per row,
+     * rows_per_block rows per CTA; 256 columns (32 vectors) stay on the
+     * register tile, 32768 bf16 streams, and so does any call but the
+     * common one. */
+    struct { int64_t cols; int x_bytes, u, tpr, rpb; } held[] = {
+        {1024, 2, 4, 32, 8},  {2048, 2, 4, 64, 4},   {3000, 2, 8, 64, 4},   {4096, 2, 8, 64, 4},
+        {8192, 2, 8, 128, 2}, {12000, 2, 8, 192, 1}, {16384, 2, 8, 256, 1}, {1024, 4, 4, 64, 4},
+        {2048, 4, 8, 64, 4},  {3000, 4, 8, 96, 2},   {12000, 4, 8, 384, 1}, {16384, 4, 8, 512, 1},
+        {520, 4, 4, 64, 4},
+    };
+    for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) {
+        fn_plan_problem pb = {0, held[i].cols, held[i].x_bytes, 1, 9, 16, 0, 0, FN_STREAM_COMMON};
+        const fn_plan p = fn_plan_make(&pb);
+        snprintf(th_context, sizeof th_context, "held: cols %lld x_bytes %d", (long long)held[i].cols,
+                 held[i].x_bytes);
+        ASSERT_EQ_INT(p.path, FN_PATH_HELD);
+        ASSERT_EQ_INT(p.ept, held[i].u * (16 / held[i].x_bytes));
+        ASSERT_EQ_INT(p.tpr, held[i].tpr);
+        ASSERT_EQ_INT(p.rows_per_block, held[i].rpb);
+        for (int other = FN_STREAM_NONE; other <= FN_STREAM_RESIDUAL; other += 2) { /* NONE, RESIDUAL */
+            pb.stream = other;
+            ASSERT_TRUE(fn_plan_make(&pb).path != FN_PATH_HELD);
+        }
+        pb.stream = FN_STREAM_COMMON;
+        pb.is_bwd = 1;
+        ASSERT_TRUE(fn_plan_make(&pb).path != FN_PATH_HELD);
+    }
+    fn_plan_problem short_row = {0, 256, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON};
+    ASSERT_EQ_INT(fn_plan_make(&short_row).path, FN_PATH_ROWS_IN_REGISTERS);
+    /* fn_plan_use_held refuses what 512 threads cannot hold, and odd U */
+    fn_plan lab;
+    ASSERT_EQ_INT(fn_plan_use_held(&lab, 16384, 2, 2), 0);
+    ASSERT_EQ_INT(fn_plan_use_held(&lab, 4096, 2, 3), 0);
+    ASSERT_EQ_INT(fn_plan_use_held(&lab, 4100, 2, 4), 0);
+    ASSERT_EQ_INT(fn_plan_use_held(&lab, 16384, 2, 4), 1);
+    ASSERT_EQ_INT(lab.tpr, 512);
 
     /* The shapes of docs/perf.md (bf16, 16-byte vectors, sm_90; the
      * backward's wide tile launchable, as on the H200). */
@@ -140,7 +199,7 @@ int main(void)
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
     fwd_stream.x_bytes = 2;
     fwd_stream.cols = 16384;
-    ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_ROWS_IN_REGISTERS);
+    ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_HELD);
     fwd_stream.cols = 32768;
     fwd_stream.stream = 0; /* any other call: a cluster of 2 */
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_ROWS_IN_REGISTERS);

@@ -280,11 +280,32 @@ static void plan_override(const char *var, int is_bwd, int64_t cols, int x_bytes
     pl->threads = pl->rows_per_block * tpr;
 }
 
+/* Lab knob FUSEDNORM_FWD_HELD=U: the forward's common call on any row of at
+ * least 32 vectors that U (2, 4, 8) vectors per thread cover in 512 threads
+ * takes FN_PATH_HELD with U; 0 keeps every call off it (the register tiles,
+ * or streamed). FUSEDNORM_PLAN_FWD, applied after it, still wins. Read on
+ * every call. Not for production. */
+static void held_override(const fn_plan_problem *pb, fn_plan *pl)
+{
+    const char *v = getenv("FUSEDNORM_FWD_HELD");
+    if (!v || pb->is_bwd || pb->stream != FN_STREAM_COMMON) return;
+    const int u = atoi(v);
+    if (u == 0 && pl->path == FN_PATH_HELD) {
+        fn_plan_problem off = *pb;
+        off.stream = FN_STREAM_NONE; /* the planner's plan without the held path */
+        *pl = fn_plan_make(&off);
+    } else if (u > 0 && pb->cols / (16 / pb->x_bytes) >= 32) {
+        fn_plan held = *pl;
+        if (fn_plan_use_held(&held, pb->cols, pb->x_bytes, u)) *pl = held;
+    }
+}
+
 /* The planner's plan for pb, with the lab override of var applied; its shape
  * (tpr, rows per CTA, cluster) also goes into the launch parameters. */
 static fn_plan plan_for(const fn_plan_problem *pb, const char *var, int *tpr, int *rows_per_block, int *cluster)
 {
     fn_plan pl = fn_plan_make(pb);
+    held_override(pb, &pl);
     plan_override(var, pb->is_bwd, pb->cols, pb->x_bytes, &pl);
     *tpr = pl.tpr;
     *rows_per_block = pl.rows_per_block;
@@ -410,40 +431,11 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     }
 
     int err = 0;
-    /* Lab knob FUSEDNORM_FWD_HOLD=U,G: the common call with rows of at most
-     * 512 * U vectors held whole in registers (norm_fwd_hold), U vectors per
-     * thread; G = 0: one CTA per row group, else G times the resident CTAs. */
-    const char *hold = getenv("FUSEDNORM_FWD_HOLD");
-    int hu = 0, hg = 0;
-    if (hold && sscanf(hold, "%d,%d", &hu, &hg) == 2 && streamable == FN_STREAM_COMMON &&
-        (hu == 1 || hu == 2 || hu == 4 || hu == 8)) {
-        const int64_t nv = a->cols / vec;
-        int64_t tpr = (nv + hu - 1) / hu;
-        if (tpr <= 32) {
-            int t = 1;
-            while (t < tpr) t <<= 1;
-            tpr = t;
-        } else {
-            tpr = (tpr + 31) / 32 * 32;
-        }
-        if (tpr <= 512) {
-            p.tpr = (int)tpr;
-            p.rows_per_block = tpr >= 256 ? 1 : 256 / (int)tpr;
-            p.cluster = 1;
-            const int threads = p.rows_per_block * p.tpr;
-            int64_t grid = (a->rows + p.rows_per_block - 1) / p.rows_per_block;
-            if (hg > 0) {
-                int act = 0;
-                err = fn_max_active_fwd_hold(&p, hu, threads, &act);
-                const int64_t most = (int64_t)df.sm_count * act * hg;
-                if (grid > most) grid = most;
-            }
-            if (grid > 0x7fffffff) grid = 0x7fffffff;
-            if (!err) err = fn_launch_fwd_hold(&p, hu, (int)grid_cap(grid), threads, a->stream);
-            guard_exit(&g);
-            if (err) return cuda_fail(fn, "kernel launch", (cudaError_t)err);
-            return FUSEDNORM_OK;
-        }
+    if (pl.path == FN_PATH_HELD) {
+        /* One CTA per row group; past the grid's limit the kernel walks on. */
+        int64_t grid = (a->rows + pl.rows_per_block - 1) / pl.rows_per_block;
+        if (grid > 0x7fffffff) grid = 0x7fffffff;
+        err = fn_launch_fwd_held(&p, pl.ept / pl.vec, (int)grid_cap(grid), pl.threads, a->stream);
     }
     if (pl.path == FN_PATH_ROWS_IN_REGISTERS) {
         /* Persistent grid: every resident CTA (cluster), none beyond the row groups. */

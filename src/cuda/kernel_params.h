@@ -63,9 +63,8 @@ typedef struct fn_bwd_params {
  * vec/ept/threads/grid come from the plan (src/plan.h). */
 int fn_launch_fwd_rows(const fn_fwd_params *p, int vec, int ept, int grid, int threads, void *stream);
 int fn_launch_fwd_two_pass(const fn_fwd_params *p, int grid, int threads, void *stream);
-/* Rows held whole in registers (lab): u vectors per thread, p->tpr threads per row, p->rows_per_block rows per CTA. */
-int fn_launch_fwd_hold(const fn_fwd_params *p, int u, int grid, int threads, void *stream);
-int fn_max_active_fwd_hold(const fn_fwd_params *p, int u, int threads, int *count);
+/* FN_PATH_HELD: u raw vectors per thread (2, 4, 8), p->tpr threads per row, p->rows_per_block rows per CTA. */
+int fn_launch_fwd_held(const fn_fwd_params *p, int u, int grid, int threads, void *stream);
 /* Whether the forward's SHIFT kernel can run this call with the plan in p
  * (tpr, rows_per_block) and ept: 16-bit x, its shared memory within
  * p->smem_max. The backend checks dtypes and alignment. */

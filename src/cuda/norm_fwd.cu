@@ -15,6 +15,9 @@
  *    cluster * tpr * EPT (262144 on sm_90). Its SHIFT variant takes 16-bit
  *    rows that start off a 16-byte boundary (odd N, odd pitches), realigned
  *    in shared memory (common.cuh), up to FN_PLAN_SHIFT_MAX_COLS.
+ *  - norm_fwd_held: rows of the common call (x, y, weight and bias of one
+ *    dtype, 16-byte vectors, no residual) of 128..4096 vectors, held whole
+ *    in registers by small CTAs, many resident per SM.
  *  - norm_fwd_stream: long rows of the common call (x, y, weight, bias and
  *    the residual stream of one dtype, 16-byte vectors): one CTA per row, the row read
  *    once for its statistics and once for the output, the re-read from L1.
@@ -466,36 +469,27 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_stream(const fn_fwd_params p)
     }
 }
 
-/* Rows held whole in registers at full occupancy (lab: FUSEDNORM_FWD_HOLD):
- * the common call of norm_fwd_stream (x, y, weight and bias of one dtype,
- * 16-byte vectors, no residual), each of a row's tpr threads holding U raw
- * vectors (column lane + u * tpr, the same columns for every row it walks),
- * rows_per_block rows per CTA. No staging and no persistent pipeline: the
- * SM's other CTAs (small register budget, up to 2048 threads) hide one CTA's
- * reductions. LayerNorm reduces twice over the held values (exact centred
- * sums). RMSNorm with U = 1 holds the weight in registers; otherwise the
- * weight (and bias) is re-read from L1 for each row (held, more spilled
- * under the 32 registers of four 512-thread CTAs per SM). */
+/* Rows held whole in registers (FN_PATH_HELD): the common call of
+ * norm_fwd_stream (x, y, weight and bias of one dtype, 16-byte vectors, no
+ * residual) on rows of 128..4096 vectors. Each of a row's tpr threads holds U
+ * raw vectors (columns lane + u * tpr, the same for every row it walks),
+ * rows_per_block rows per CTA, one CTA per row group (a grid-stride loop only
+ * past the grid's limit). No staging and no persistent grid: with 40 (U = 4)
+ * or 64 (U = 8) registers an SM keeps 1024-2048 threads resident, and its
+ * other CTAs cover one CTA's reductions (docs/perf.md, step 48). LayerNorm
+ * reduces the held values twice (the mean, then the centred squares: exact
+ * two-pass statistics). The weight and bias are re-read for each row, from
+ * L1 (evict_last; x is read once, evict_first). */
 template <typename TX, int VEC, bool LN, int U, int MINB>
-__global__ void __launch_bounds__(512, MINB) norm_fwd_hold(const fn_fwd_params p)
+__global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p)
 {
     static_assert(VEC * sizeof(TX) == 16, "one 16-byte vector");
-    constexpr bool WREG = !LN && U == 1; /* more spilled under 32 registers */
     __shared__ RowReduceSmem sm;
     int buf = 0;
     const int tpr = p.tpr, rpb = p.rows_per_block, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
     const int nv = (int)(p.cols / VEC);
     const float n = (float)p.cols;
     const uint4 *wv = (const uint4 *)p.w, *bv = (const uint4 *)p.b;
-    [[maybe_unused]] uint4 wr[WREG ? U : 1], br[WREG && LN ? U : 1];
-    if constexpr (WREG) {
-        #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int v = lane + u * tpr;
-            wr[u] = wv && v < nv ? ld_global16<FN_L1_KEEP>(wv + v) : make_uint4(0, 0, 0, 0);
-            if constexpr (LN) br[u] = bv && v < nv ? ld_global16<FN_L1_KEEP>(bv + v) : make_uint4(0, 0, 0, 0);
-        }
-    }
     for (int64_t g = blockIdx.x; g * rpb < p.rows; g += gridDim.x) {
         const int64_t row = g * rpb + sub;
         const bool row_ok = row < p.rows;
@@ -522,7 +516,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_hold(const fn_fwd_params p
         float q[1] = {0.0f};
         #pragma unroll
         for (int u = 0; u < U; u++) {
-            if (LN && lane + u * tpr >= nv) continue; /* zeros, not zeros - mean */
+            if (LN && lane + u * tpr >= nv) continue; /* zeros there, not -mean */
             float h[VEC];
             unpack_raw<TX, VEC>(raw[u], h);
             #pragma unroll
@@ -533,11 +527,11 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_hold(const fn_fwd_params p
         }
         row_allreduce<1>(q, sm, buf, tpr, sub, 1);
         const float rstd = rstd_of(q[0], n, p.eps);
-        if (row_ok && lane == 0) {
+        if (!row_ok) continue; /* after the reductions: every thread takes part */
+        if (lane == 0) {
             if (p.rstd) p.rstd[row] = rstd;
             if (p.mean) p.mean[row] = mean;
         }
-        if (!row_ok) continue;
         uint4 *yv = (uint4 *)((TX *)p.y + row * p.sy);
         #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -549,13 +543,13 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_hold(const fn_fwd_params p
             for (int j = 0; j < VEC; j++) y[j] = (h[j] - mean) * rstd;
             if (wv) {
                 float w[VEC];
-                unpack_raw<TX, VEC>(WREG ? wr[u] : ld_global16<FN_L1_KEEP>(wv + v), w);
+                unpack_raw<TX, VEC>(ld_global16<FN_L1_KEEP>(wv + v), w);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) y[j] *= w[j] + p.w_off;
             }
             if (bv) {
                 float b[VEC];
-                unpack_raw<TX, VEC>(WREG && LN ? br[u] : ld_global16<FN_L1_KEEP>(bv + v), b);
+                unpack_raw<TX, VEC>(ld_global16<FN_L1_KEEP>(bv + v), b);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) y[j] += b[j];
             }
@@ -753,43 +747,26 @@ static cudaError_t two_pass_entry(const fn_fwd_params &p, int grid, int threads,
     return cudaGetLastError();
 }
 
-template <typename TX, bool LN, int U>
-static cudaError_t hold_launch_u(const fn_fwd_params &p, int grid, int threads, cudaStream_t s, int *active)
+/* U raw vectors per thread: 2 (lab only), 4 or 8 (the planner's). Each
+ * bounded for 2048 / 1536 / 1024 resident threads (32 / 40 / 64 registers,
+ * no spills on sm_90). */
+template <typename TX, bool LN>
+static cudaError_t held_launch(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s)
 {
-    constexpr int VEC = 16 / sizeof(TX), MINB = U <= 2 ? 4 : U == 4 ? 3 : 2;
-    auto k = norm_fwd_hold<TX, VEC, LN, U, MINB>;
-    if (active) return cudaOccupancyMaxActiveBlocksPerMultiprocessor(active, k, threads, 0);
-    k<<<grid, threads, 0, s>>>(p);
+    constexpr int VEC = 16 / sizeof(TX);
+    switch (u) {
+    case 2: norm_fwd_held<TX, VEC, LN, 2, 4><<<grid, threads, 0, s>>>(p); break;
+    case 4: norm_fwd_held<TX, VEC, LN, 4, 3><<<grid, threads, 0, s>>>(p); break;
+    case 8: norm_fwd_held<TX, VEC, LN, 8, 2><<<grid, threads, 0, s>>>(p); break;
+    default: return cudaErrorInvalidValue;
+    }
     return cudaGetLastError();
 }
 
-template <typename TX, bool LN>
-static cudaError_t hold_launch_ln(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s, int *active)
-{
-    switch (u) {
-    case 1: return hold_launch_u<TX, LN, 1>(p, grid, threads, s, active);
-    case 2: return hold_launch_u<TX, LN, 2>(p, grid, threads, s, active);
-    case 4: return hold_launch_u<TX, LN, 4>(p, grid, threads, s, active);
-    case 8: return hold_launch_u<TX, LN, 8>(p, grid, threads, s, active);
-    }
-    return cudaErrorInvalidValue;
-}
-
 template <typename TX>
-static cudaError_t hold_entry(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s, int *active)
+static cudaError_t held_entry(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s)
 {
-    return p.is_ln ? hold_launch_ln<TX, true>(p, u, grid, threads, s, active)
-                   : hold_launch_ln<TX, false>(p, u, grid, threads, s, active);
-}
-
-static cudaError_t hold_dispatch(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s, int *active)
-{
-    switch (p.dt_x) {
-    case FN_DT_F32: return hold_entry<float>(p, u, grid, threads, s, active);
-    case FN_DT_F16: return hold_entry<__half>(p, u, grid, threads, s, active);
-    case FN_DT_BF16: return hold_entry<__nv_bfloat16>(p, u, grid, threads, s, active);
-    }
-    return cudaErrorInvalidValue;
+    return p.is_ln ? held_launch<TX, true>(p, u, grid, threads, s) : held_launch<TX, false>(p, u, grid, threads, s);
 }
 
 } // namespace fn
@@ -822,12 +799,13 @@ extern "C" int fn_launch_fwd_two_pass(const fn_fwd_params *p, int grid, int thre
     return (int)cudaErrorInvalidValue;
 }
 
-extern "C" int fn_launch_fwd_hold(const fn_fwd_params *p, int u, int grid, int threads, void *stream)
+extern "C" int fn_launch_fwd_held(const fn_fwd_params *p, int u, int grid, int threads, void *stream)
 {
-    return (int)fn::hold_dispatch(*p, u, grid, threads, (cudaStream_t)stream, nullptr);
-}
-
-extern "C" int fn_max_active_fwd_hold(const fn_fwd_params *p, int u, int threads, int *count)
-{
-    return (int)fn::hold_dispatch(*p, u, 1, threads, nullptr, count);
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (p->dt_x) {
+    case FN_DT_F32: return (int)fn::held_entry<float>(*p, u, grid, threads, s);
+    case FN_DT_F16: return (int)fn::held_entry<__half>(*p, u, grid, threads, s);
+    case FN_DT_BF16: return (int)fn::held_entry<__nv_bfloat16>(*p, u, grid, threads, s);
+    }
+    return (int)cudaErrorInvalidValue;
 }
