@@ -282,14 +282,18 @@ static void plan_override(const char *var, int is_bwd, int64_t cols, int x_bytes
 
 /* Lab knob FUSEDNORM_FWD_HELD=U: the forward's common call on any row of at
  * least 32 vectors that U (2, 4, 8) vectors per thread cover in 512 threads
- * takes FN_PATH_HELD with U; 0 keeps every call off it (the register tiles,
+ * takes FN_PATH_HELD with U, and so does the residual call (x and the
+ * residual stream of one dtype) with U = 2 or 4 on rows short of
+ * streaming; 0 keeps every call off it (the register tiles,
  * or streamed). FUSEDNORM_PLAN_FWD, applied after it, still wins. Read on
  * every call. Not for production. */
 static void held_override(const fn_plan_problem *pb, fn_plan *pl)
 {
     const char *v = getenv("FUSEDNORM_FWD_HELD");
-    if (!v || pb->is_bwd || pb->stream != FN_STREAM_COMMON) return;
+    if (!v || pb->is_bwd || pb->stream == FN_STREAM_NONE) return;
     const int u = atoi(v);
+    /* the residual call (lab only): U = 2 or 4, rows the streaming kernel does not take */
+    if (pb->stream == FN_STREAM_RESIDUAL && (u < 2 || u > 4 || fn_plan_streams(pb))) return;
     if (u == 0 && pl->path == FN_PATH_HELD) {
         fn_plan_problem off = *pb;
         off.stream = FN_STREAM_NONE; /* the planner's plan without the held path */

@@ -480,10 +480,14 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_stream(const fn_fwd_params p)
  * reduces the held values twice (the mean, then the centred squares: exact
  * two-pass statistics). The weight and bias are re-read for each row, from
  * L1 (evict_last; x is read once, evict_first). */
-template <typename TX, int VEC, bool LN, int U, int MINB>
+template <typename TX, int VEC, bool LN, bool RES, int U, int MINB>
 __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p)
 {
     static_assert(VEC * sizeof(TX) == 16, "one 16-byte vector");
+    /* RES (lab): the residual call of norm_fwd_stream, x and residual held
+     * raw, h = x + residual formed in fp32 on each use, residual_out written
+     * with y (every load of the row precedes the reductions' barriers, and a
+     * thread writes only its own columns: in place works). */
     __shared__ RowReduceSmem sm;
     int buf = 0;
     const int tpr = p.tpr, rpb = p.rows_per_block, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
@@ -494,19 +498,32 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
         const int64_t row = g * rpb + sub;
         const bool row_ok = row < p.rows;
         const uint4 *xv = (const uint4 *)((const TX *)p.x + row * p.sx);
+        [[maybe_unused]] const uint4 *rv = RES && p.res ? (const uint4 *)((const TX *)p.res + row * p.sres) : nullptr;
         uint4 raw[U];
+        [[maybe_unused]] uint4 rraw[RES ? U : 1];
         #pragma unroll
         for (int u = 0; u < U; u++) {
             const int v = lane + u * tpr;
             raw[u] = row_ok && v < nv ? ld_global16<FN_L1_DROP>(xv + v) : make_uint4(0, 0, 0, 0);
+            if constexpr (RES) rraw[u] = rv && row_ok && v < nv ? ld_global16<FN_L1_DROP>(rv + v) : make_uint4(0, 0, 0, 0);
         }
+        /* h of vector u in fp32 */
+        auto held = [&](int u, float (&h)[VEC]) {
+            unpack_raw<TX, VEC>(raw[u], h);
+            if constexpr (RES) {
+                float r[VEC];
+                unpack_raw<TX, VEC>(rraw[u], r);
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) h[j] += r[j];
+            }
+        };
         float mean = 0.0f;
         if constexpr (LN) {
             float s[1] = {0.0f};
             #pragma unroll
             for (int u = 0; u < U; u++) {
                 float h[VEC];
-                unpack_raw<TX, VEC>(raw[u], h);
+                held(u, h);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) s[0] += h[j];
             }
@@ -518,7 +535,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
         for (int u = 0; u < U; u++) {
             if (LN && lane + u * tpr >= nv) continue; /* zeros there, not -mean */
             float h[VEC];
-            unpack_raw<TX, VEC>(raw[u], h);
+            held(u, h);
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
                 const float d = h[j] - mean;
@@ -538,7 +555,9 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
             const int v = lane + u * tpr;
             if (v >= nv) continue;
             float h[VEC], y[VEC];
-            unpack_raw<TX, VEC>(raw[u], h);
+            held(u, h);
+            if constexpr (RES)
+                if (p.res_out) store_vec<TX, VEC>((TX *)p.res_out + row * p.sres_out + (int64_t)v * VEC, 0, h);
             #pragma unroll
             for (int j = 0; j < VEC; j++) y[j] = (h[j] - mean) * rstd;
             if (wv) {
@@ -750,14 +769,17 @@ static cudaError_t two_pass_entry(const fn_fwd_params &p, int grid, int threads,
 /* U raw vectors per thread: 2 (lab only), 4 or 8 (the planner's). Each
  * bounded for 2048 / 1536 / 1024 resident threads (32 / 40 / 64 registers,
  * no spills on sm_90). */
-template <typename TX, bool LN>
+template <typename TX, bool LN, bool RES>
 static cudaError_t held_launch(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s)
 {
     constexpr int VEC = 16 / sizeof(TX);
     switch (u) {
-    case 2: norm_fwd_held<TX, VEC, LN, 2, 4><<<grid, threads, 0, s>>>(p); break;
-    case 4: norm_fwd_held<TX, VEC, LN, 4, 3><<<grid, threads, 0, s>>>(p); break;
-    case 8: norm_fwd_held<TX, VEC, LN, 8, 2><<<grid, threads, 0, s>>>(p); break;
+    case 2: norm_fwd_held<TX, VEC, LN, RES, 2, RES ? 3 : 4><<<grid, threads, 0, s>>>(p); break;
+    case 4: norm_fwd_held<TX, VEC, LN, RES, 4, RES ? 2 : 3><<<grid, threads, 0, s>>>(p); break;
+    case 8:
+        if constexpr (RES) return cudaErrorInvalidValue; /* 128 registers of raw vectors */
+        else norm_fwd_held<TX, VEC, LN, RES, 8, 2><<<grid, threads, 0, s>>>(p);
+        break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
@@ -766,7 +788,11 @@ static cudaError_t held_launch(const fn_fwd_params &p, int u, int grid, int thre
 template <typename TX>
 static cudaError_t held_entry(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s)
 {
-    return p.is_ln ? held_launch<TX, true>(p, u, grid, threads, s) : held_launch<TX, false>(p, u, grid, threads, s);
+    if (p.res || p.res_out)
+        return p.is_ln ? held_launch<TX, true, true>(p, u, grid, threads, s)
+                       : held_launch<TX, false, true>(p, u, grid, threads, s);
+    return p.is_ln ? held_launch<TX, true, false>(p, u, grid, threads, s)
+                   : held_launch<TX, false, false>(p, u, grid, threads, s);
 }
 
 } // namespace fn
