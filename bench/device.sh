@@ -155,12 +155,15 @@ if has sanitize; then
   #   256     registers, several rows per CTA (one warp or less per row)
   #   999     rows off 16 bytes: SHIFT kernels (16-bit; realigned in shared
   #           memory, three stages), registers one element at a time (fp32)
+  #   1024    the held forward (common and residual calls: 32 threads a row,
+  #           8 rows a CTA); 2048, 4096, 16384 and 32768 too (64..512 threads)
   #   2048    registers, 4 rows per CTA of 2 warps each (per-row named barriers)
   #   4096    registers, cp.async pipeline (16-bit), weight cache, PLAIN variants
+  #   32768   clusters of 2 (the forward's other calls: fp32 weights, fp32 y)
   #   4097    two-pass, rows peeled to 16 bytes, dweight partials in shared memory
   #   16384   one CTA per row: the backward's 32-element tile (128 KiB of stages)
-  #   32768   the streaming forward (one CTA per row, re-reads from L1)
-  #   65536   clusters (distributed shared memory)
+  #   65536   the streaming forward (one CTA per row, re-reads from L1 / L2);
+  #           clusters (distributed shared memory) for the other calls
   #   131072  the largest clusters (8 fwd, 16 bwd)
   #   300000  column split: two-pass statistics pass, then norm_bwd_columns
   # FUSEDNORM_GRID_CAP=2 keeps the persistent grids at 2 CTAs (clusters), so a
@@ -177,7 +180,7 @@ if has sanitize; then
   # Device time (session 4, the default set with SANITIZE_ROWS=12 RACECHECK_ROWS=8):
   # about 200 s for the whole stage; memcheck with the default grids at 96 rows and
   # every column count did not finish in 100 s, at 24 rows 131072 and 300000 took 38 s.
-  COLS=${SANITIZE_COLS:-256,999,2048,4096,4097,16384,32768,65536,131072,300000}
+  COLS=${SANITIZE_COLS:-256,999,1024,2048,4096,4097,16384,32768,65536,131072,300000}
   san() { # name tool timeout cmd...
     local name=$1 tool=$2 t=$3; shift 3
     timeout "$t" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" >"$OUT/sanitize_$name.log" 2>&1
@@ -188,7 +191,7 @@ if has sanitize; then
   }
   for tool in ${SANITIZERS:-memcheck racecheck synccheck initcheck}; do
     rows=${SANITIZE_ROWS:-23} cols=$COLS t=${SANITIZE_TIMEOUT:-150}
-    [ $tool = racecheck ] && { rows=${RACECHECK_ROWS:-11} cols=${RACECHECK_COLS:-256,999,2048,4096,4097,16384,32768} t=${RACECHECK_TIMEOUT:-240}; }
+    [ $tool = racecheck ] && { rows=${RACECHECK_ROWS:-11} cols=${RACECHECK_COLS:-256,999,1024,2048,4096,4097,16384,32768} t=${RACECHECK_TIMEOUT:-240}; }
     FUSEDNORM_GRID_CAP=2 san "$tool" "$tool" "$t" "$FN" check --backend cuda --quiet --rows $rows --cols $cols
     if [ $tool = memcheck ]; then
       san memcheck_default_grid memcheck "$t" "$FN" check --backend cuda --quiet --rows 23 --cols $COLS

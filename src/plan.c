@@ -24,15 +24,13 @@
  * backend turns a two-pass backward whose partial rows do not fit shared
  * memory into the column split).
  *
- * The forward's common call (x, y, weight and bias of one dtype, 16-byte
- * vectors, no residual) on rows of FN_PLAN_HELD_MIN_VECTORS to
- * FN_PLAN_HELD_MAX_VECTORS vectors takes FN_PATH_HELD (fn_plan_use_held):
- * whole rows in registers, many small CTAs resident per SM.
- *
- * Forward rows the streaming kernel can run (the backend's `stream`) from
- * FN_PLAN_STREAM_FWD_COLS columns, or FN_PLAN_STREAM_FWD_RES_BYTES bytes with
- * a residual stream, take the two-pass path in its streaming form
- * (fn_plan_streams).
+ * Forward rows the streaming kernel can run (the backend's `stream`: x, y,
+ * weight, bias and any residual stream of one dtype, 16-byte vectors) past
+ * FN_PLAN_STREAM_FWD_BYTES bytes, or from FN_PLAN_STREAM_FWD_RES_BYTES bytes
+ * with a residual stream, take the two-pass path in its streaming form
+ * (fn_plan_streams); shorter ones of FN_PLAN_HELD_MIN_VECTORS vectors or
+ * more take FN_PATH_HELD (fn_plan_use_held): whole rows in registers, many
+ * small CTAs resident per SM.
  *
  * Without vector access (odd N, misaligned pointers or row pitches), rows of
  * FN_PLAN_SCALAR_TWO_PASS_COLS or more also take the two-pass path: held in
@@ -72,10 +70,11 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
     if (fn_plan_streams(pb)) max_cluster = 0; /* streamed (two-pass) */
-    if (!pb->is_bwd && pb->stream == FN_STREAM_COMMON && pb->vec_ok) {
+    if (!pb->is_bwd && pb->stream != FN_STREAM_NONE && pb->vec_ok && !fn_plan_streams(pb)) {
         const int64_t nv = pb->cols / vec;
-        if (nv >= FN_PLAN_HELD_MIN_VECTORS && nv <= FN_PLAN_HELD_MAX_VECTORS && !fn_plan_streams(pb) &&
-            fn_plan_use_held(&best, pb->cols, pb->x_bytes, (nv + 7) / 8 > 32 ? 8 : 4))
+        const int u = pb->stream == FN_STREAM_RESIDUAL || (nv + 7) / 8 <= 32 ? 4 : 8;
+        if (nv >= FN_PLAN_HELD_MIN_VECTORS && nv <= FN_PLAN_HELD_MAX_VECTORS &&
+            fn_plan_use_held(&best, pb->cols, pb->x_bytes, u))
             return best;
     }
     double best_cost = 1e30;
@@ -126,7 +125,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
 int fn_plan_streams(const fn_plan_problem *pb)
 {
     if (pb->is_bwd) return 0;
-    if (pb->stream == FN_STREAM_COMMON) return pb->cols >= FN_PLAN_STREAM_FWD_COLS;
+    if (pb->stream == FN_STREAM_COMMON) return pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_BYTES;
     if (pb->stream == FN_STREAM_RESIDUAL) return pb->cols * pb->x_bytes >= FN_PLAN_STREAM_FWD_RES_BYTES;
     return 0;
 }

@@ -20,10 +20,11 @@ typedef enum fn_path {
     FN_PATH_COLUMN_SPLIT = 2,      /* backward only, chosen by the backend where two-pass partials would not
                                     * fit shared memory: row statistics first (two-pass kernel), then CTAs
                                     * that own a column range over a group of rows */
-    FN_PATH_HELD = 3               /* forward only, the streaming kernel's common call (see stream below) on
-                                    * rows of FN_PLAN_HELD_MIN_VECTORS..FN_PLAN_HELD_MAX_VECTORS vectors: each
-                                    * row held whole in registers, ept / vec raw vectors per thread, one CTA
-                                    * per group of rows_per_block rows (no persistent grid, no staging) */
+    FN_PATH_HELD = 3               /* forward only, the streaming kernel's calls (see stream below) on rows
+                                    * of FN_PLAN_HELD_MIN_VECTORS vectors up to the streamed ones: each row
+                                    * held whole in registers, ept / vec raw vectors per thread (of x, and
+                                    * of the residual), one CTA per group of rows_per_block rows (no
+                                    * persistent grid, no staging) */
 } fn_path;
 
 typedef struct fn_plan_problem {
@@ -74,36 +75,40 @@ typedef struct fn_plan {
 enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
 
 /* Forward rows the streaming kernel can run (see stream in fn_plan_problem)
- * are streamed from FN_PLAN_STREAM_FWD_COLS columns (without a residual) or
- * from FN_PLAN_STREAM_FWD_RES_BYTES bytes of x per row (with one): one
- * 512-thread CTA per row reads it twice (LayerNorm's statistics in one read),
- * the re-read from L1 or L2, instead of holding it in registers or a cluster.
- * Measured (H200, M = 32768 or M * N = 2^30, GB/s, planner before -> streamed;
- * docs/perf.md, sessions 7 and 8):
- *  - RMSNorm bf16 N = 32768 2928 -> 3791, 65536 2562 -> 2944, 131072 2286 ->
- *    2371; LayerNorm bf16 32768 2169 -> 3087 (session 7's three reads: 3008),
- *    65536 2140 -> 2209, 131072 1697 -> 2008, 262144 1651 -> 2049; LayerNorm
- *    fp32 65536 2142 -> 2376, 131072 2061 -> 2397;
- *  - below 32768 columns the register tiles are as fast or faster (RMSNorm
- *    bf16 16384 3795 / 3777, 2048 3512 / 2928; LayerNorm 0.5-0.94x);
+ * are streamed past FN_PLAN_STREAM_FWD_BYTES bytes of x per row (the common
+ * call: past what the held path holds) or from FN_PLAN_STREAM_FWD_RES_BYTES
+ * (with a residual stream): one 512-thread CTA per row reads it twice
+ * (LayerNorm's statistics in one read), the re-read from L1 or L2, instead
+ * of holding it in registers or a cluster. Measured (H200, M = 32768 or
+ * M * N = 2^30, GB/s, planner before -> streamed; docs/perf.md, sessions 7
+ * and 8):
+ *  - RMSNorm bf16 N = 65536 2562 -> 2944, 131072 2286 -> 2371; LayerNorm
+ *    bf16 65536 2140 -> 2209, 131072 1697 -> 2008, 262144 1651 -> 2049;
+ *    fp32 LayerNorm 65536 2142 -> 2376, 131072 2061 -> 2397; RMSNorm fp32
+ *    32768 +10%;
+ *  - shorter rows are held (bf16 32768: streamed 3827, held 3965; LayerNorm
+ *    3034 / 3972; session 9);
  *  - with a residual stream (bf16 / fp32 rows of 32 KiB and more): RMSNorm
  *    bf16 16384 2297 -> 3811, 32768 2134 -> 3238, 65536 1932 -> 2657,
  *    262144 2310 -> 2645, LayerNorm bf16 16384 2103 -> 3320; fp32 8192 3292
- *    -> 3837, 16384 3177 -> 3240, 65536 2461 -> 2688; shorter rows lost
- *    (bf16 8192 0.98x, fp32 4096 0.87x). */
-#define FN_PLAN_STREAM_FWD_COLS 32768
+ *    -> 3837, 16384 3177 -> 3240, 65536 2461 -> 2688; shorter rows are held
+ *    (the register tiles lost to streaming there: bf16 8192 0.98x, fp32
+ *    4096 0.87x). */
+#define FN_PLAN_STREAM_FWD_BYTES (64 * 1024)
 #define FN_PLAN_STREAM_FWD_RES_BYTES (32 * 1024)
 
-/* The common call (stream == FN_STREAM_COMMON) on rows of
- * FN_PLAN_HELD_MIN_VECTORS to FN_PLAN_HELD_MAX_VECTORS 16-byte vectors, short
- * of the streamed ones, takes FN_PATH_HELD: U = 8 vectors per thread where
- * that leaves more than a warp per row, else U = 4; ceil(vectors / U)
- * threads per row (a power of two up to 32, else whole warps), rows of up to
- * 256 threads sharing a CTA. Small register budgets (40 registers at U = 4,
- * 64 at U = 8) let the SM keep 1024-2048 threads resident, whose CTAs cover
+/* The forward's rows the streaming kernel can run (stream != FN_STREAM_NONE)
+ * and does not take, of FN_PLAN_HELD_MIN_VECTORS 16-byte vectors or more,
+ * take FN_PATH_HELD (up to 4096 vectors: 64 KiB, FN_PLAN_STREAM_FWD_BYTES).
+ * The common call holds U = 8 vectors per thread where that leaves more
+ * than a warp per row, else U = 4; the residual call (x and the residual
+ * stream) U = 4 of each. ceil(vectors / U) threads per row (a power of two
+ * up to 32, else whole warps), rows of up to 256 threads sharing a CTA.
+ * Small register budgets (40 registers at U = 4, 64 at U = 8 or with the
+ * residual) let the SM keep 1024-2048 threads resident, whose CTAs cover
  * each other's reductions, where the register tiles keep a persistent grid
  * and a pipeline. Measured (H200, M = 32768, % of copy, register tile ->
- * held at U = 4 / 8; docs/perf.md, session 9, step 48):
+ * held at U = 4 / 8, docs/perf.md session 9, step 48):
  *  - RMSNorm bf16 1024 75.8 -> 77.7 / 76.0, 2048 82.4 -> 85.5 / 83.1, 3000
  *    76.7 -> 86.1 / 86.1, 4096 83.3 -> 90.1 / 89.7, 8192 85.6 -> 92.0 / 91.7,
  *    12000 84.1 -> 92.0 / 91.9, 16384 89.4 -> 92.1 / 92.1;
@@ -113,9 +118,12 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  *  - RMSNorm fp32 1024 85.1 -> 85.2 / 83.7, 2048 87.1 -> 89.7 / 90.0, 4096
  *    89.4 -> 91.7 / 91.9, 8192 90.8 -> 92.4 / 92.3, 12000 82.3 -> - / 93.3,
  *    16384 91.9 -> - / 93.3;
+ *  - the residual call (register tile -> held, U = 4): RMSNorm bf16 1024
+ *    79.4 -> 85.5, 4096 86.7 -> 92.4, 8192 87.2 -> 93.0; LayerNorm bf16
+ *    1024 75.3 -> 81.9, 8192 57.6 -> 92.4; fp32 1024 89.6 -> 91.2;
  *  - N = 256 (32 vectors) lost: LayerNorm bf16 51.2 -> 43.6 at U = 4. */
 #define FN_PLAN_HELD_MIN_VECTORS 128
-#define FN_PLAN_HELD_MAX_VECTORS (8 * 512)
+#define FN_PLAN_HELD_MAX_VECTORS (FN_PLAN_STREAM_FWD_BYTES / 16)
 
 /* Whether the planner streams a forward row (plan.c). */
 int fn_plan_streams(const fn_plan_problem *pb);
@@ -163,7 +171,7 @@ fn_column_split fn_plan_column_split(int64_t rows, int64_t cols, int x_bytes, in
 
 /* Turns pl into the held plan for this row with u vectors per thread (2, 4
  * or 8; the planner's U, or the lab knob's): 0 when the row does not fit 512
- * threads. */
+ * threads (cols % vec != 0 included). */
 int fn_plan_use_held(fn_plan *pl, int64_t cols, int x_bytes, int u);
 
 /* Always succeeds: falls back to FN_PATH_TWO_PASS when no register plan fits. */

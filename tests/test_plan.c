@@ -35,21 +35,21 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
     const int vec = vec_ok ? 16 / x_bytes : 1;
     ASSERT_EQ_INT(p.vec, vec);
     if (!vec_ok && cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
-    const int streamed = !is_bwd && ((stream == FN_STREAM_COMMON && cols >= FN_PLAN_STREAM_FWD_COLS) ||
+    const int streamed = !is_bwd && ((stream == FN_STREAM_COMMON && cols * x_bytes > FN_PLAN_STREAM_FWD_BYTES) ||
                                      (stream == FN_STREAM_RESIDUAL && cols * x_bytes >= FN_PLAN_STREAM_FWD_RES_BYTES));
     ASSERT_EQ_INT(fn_plan_streams(&pb), streamed);
     if (streamed) ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
     const int64_t nv = vec_ok && cols % vec == 0 ? cols / vec : 0;
-    const int held = !is_bwd && stream == FN_STREAM_COMMON && !streamed && nv >= FN_PLAN_HELD_MIN_VECTORS &&
+    const int held = !is_bwd && stream != FN_STREAM_NONE && !streamed && nv >= FN_PLAN_HELD_MIN_VECTORS &&
                      nv <= FN_PLAN_HELD_MAX_VECTORS;
     ASSERT_EQ_INT(p.path == FN_PATH_HELD, held);
     if (p.path == FN_PATH_HELD) {
-        /* U raw vectors per thread: 8 where that leaves more than a warp
-         * per row, else 4; the row covered, with less than one U's worth
-         * of vectors of slack per thread beyond the rounding of tpr */
+        /* U raw vectors per thread: 4 with a residual stream; else 8
+         * where that leaves more than a warp per row, else 4; the row
+         * covered, no thread beyond the rounding of tpr left idle */
         const int u = p.ept / vec;
         ASSERT_EQ_INT(p.ept % vec, 0);
-        ASSERT_EQ_INT(u, (nv + 7) / 8 > 32 ? 8 : 4);
+        ASSERT_EQ_INT(u, stream == FN_STREAM_COMMON && (nv + 7) / 8 > 32 ? 8 : 4);
         ASSERT_TRUE((int64_t)p.tpr * u >= nv);
         ASSERT_TRUE(p.tpr < 32 ? (p.tpr & (p.tpr - 1)) == 0 : p.tpr % 32 == 0);
         ASSERT_TRUE(p.tpr <= 32 ? (int64_t)(p.tpr / 2) * u < nv : (int64_t)(p.tpr - 32) * u < nv);
@@ -96,13 +96,14 @@ int main(void)
                                 check_one(is_bwd, extra[i], x_bytes, vec_ok, cc, wide, stream);
                         }
 
-    /* Where the forward streams (docs/perf.md, session 8): the common call
-     * from 32768 columns with no upper bound, the residual call from rows
-     * of 32 KiB (bf16 16384, fp32 8192); a streamed row keeps the weight in
-     * L1 unless the row (x, and the residual) takes 128 to 512 KiB of it
-     * (keeps: -1 where the row is not streamed). */
+    /* Where the forward streams (docs/perf.md, sessions 8 and 9): the
+     * common call past rows of 64 KiB (bf16 32768, fp32 16384: held) with
+     * no upper bound, the residual call from rows of 32 KiB (bf16 16384,
+     * fp32 8192); shorter rows of those calls are held. A streamed row
+     * keeps the weight in L1 unless the row (x, and the residual) takes 128
+     * to 512 KiB of it (keeps: -1 where the row is not streamed). */
     struct { int64_t cols; int x_bytes, stream, streams, keeps; } streamed[] = {
-        {16384, 2, FN_STREAM_COMMON, 0, -1},  {32768, 2, FN_STREAM_COMMON, 1, 1},   {65536, 2, FN_STREAM_COMMON, 1, 0},
+        {16384, 2, FN_STREAM_COMMON, 0, -1},  {32768, 2, FN_STREAM_COMMON, 0, -1},  {65536, 2, FN_STREAM_COMMON, 1, 0},
         {262144, 2, FN_STREAM_COMMON, 1, 0},  {524288, 2, FN_STREAM_COMMON, 1, 1},  {1 << 20, 4, FN_STREAM_COMMON, 1, 1},
         {32768, 4, FN_STREAM_COMMON, 1, 0},   {262144, 4, FN_STREAM_COMMON, 1, 1},  {8192, 2, FN_STREAM_RESIDUAL, 0, -1},
         {16384, 2, FN_STREAM_RESIDUAL, 1, 1}, {32768, 2, FN_STREAM_RESIDUAL, 1, 0}, {4096, 4, FN_STREAM_RESIDUAL, 0, -1},
@@ -113,7 +114,7 @@ int main(void)
         snprintf(th_context, sizeof th_context, "streams: cols %lld x_bytes %d stream %d", (long long)streamed[i].cols,
                  streamed[i].x_bytes, streamed[i].stream);
         ASSERT_EQ_INT(fn_plan_streams(&pb), streamed[i].streams);
-        const int held = streamed[i].stream == FN_STREAM_COMMON && streamed[i].cols * streamed[i].x_bytes <= 65536;
+        const int held = streamed[i].stream != FN_STREAM_NONE && !streamed[i].streams;
         ASSERT_EQ_INT(fn_plan_make(&pb).path, streamed[i].streams ? FN_PATH_TWO_PASS
                                               : held              ? FN_PATH_HELD
                                                                   : FN_PATH_ROWS_IN_REGISTERS);
@@ -125,26 +126,26 @@ int main(void)
      * rows_per_block rows per CTA; 256 columns (32 vectors) stay on the
      * register tile, 32768 bf16 streams, and so does any call but the
      * common one. */
-    struct { int64_t cols; int x_bytes, u, tpr, rpb; } held[] = {
-        {1024, 2, 4, 32, 8},  {2048, 2, 4, 64, 4},   {3000, 2, 8, 64, 4},   {4096, 2, 8, 64, 4},
-        {8192, 2, 8, 128, 2}, {12000, 2, 8, 192, 1}, {16384, 2, 8, 256, 1}, {1024, 4, 4, 64, 4},
-        {2048, 4, 8, 64, 4},  {3000, 4, 8, 96, 2},   {12000, 4, 8, 384, 1}, {16384, 4, 8, 512, 1},
-        {520, 4, 4, 64, 4},
+    const int C = FN_STREAM_COMMON, R = FN_STREAM_RESIDUAL;
+    struct { int64_t cols; int x_bytes, stream, u, tpr, rpb; } held[] = {
+        {1024, 2, C, 4, 32, 8},   {2048, 2, C, 4, 64, 4},    {3000, 2, C, 8, 64, 4},    {4096, 2, C, 8, 64, 4},
+        {8192, 2, C, 8, 128, 2},  {12000, 2, C, 8, 192, 1},  {16384, 2, C, 8, 256, 1},  {32768, 2, C, 8, 512, 1},
+        {1024, 4, C, 4, 64, 4},   {2048, 4, C, 8, 64, 4},    {3000, 4, C, 8, 96, 2},    {12000, 4, C, 8, 384, 1},
+        {16384, 4, C, 8, 512, 1}, {520, 4, C, 4, 64, 4},     {1024, 2, R, 4, 32, 8},    {8192, 2, R, 4, 256, 1},
+        {16376, 2, R, 4, 512, 1}, {4096, 4, R, 4, 256, 1},   {8188, 4, R, 4, 512, 1},
     };
     for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) {
-        fn_plan_problem pb = {0, held[i].cols, held[i].x_bytes, 1, 9, 16, 0, 0, FN_STREAM_COMMON};
+        fn_plan_problem pb = {0, held[i].cols, held[i].x_bytes, 1, 9, 16, 0, 0, held[i].stream};
         const fn_plan p = fn_plan_make(&pb);
-        snprintf(th_context, sizeof th_context, "held: cols %lld x_bytes %d", (long long)held[i].cols,
-                 held[i].x_bytes);
+        snprintf(th_context, sizeof th_context, "held: cols %lld x_bytes %d stream %d", (long long)held[i].cols,
+                 held[i].x_bytes, held[i].stream);
         ASSERT_EQ_INT(p.path, FN_PATH_HELD);
         ASSERT_EQ_INT(p.ept, held[i].u * (16 / held[i].x_bytes));
         ASSERT_EQ_INT(p.tpr, held[i].tpr);
         ASSERT_EQ_INT(p.rows_per_block, held[i].rpb);
-        for (int other = FN_STREAM_NONE; other <= FN_STREAM_RESIDUAL; other += 2) { /* NONE, RESIDUAL */
-            pb.stream = other;
-            ASSERT_TRUE(fn_plan_make(&pb).path != FN_PATH_HELD);
-        }
-        pb.stream = FN_STREAM_COMMON;
+        pb.stream = FN_STREAM_NONE; /* any other call: never held */
+        ASSERT_TRUE(fn_plan_make(&pb).path != FN_PATH_HELD);
+        pb.stream = held[i].stream;
         pb.is_bwd = 1;
         ASSERT_TRUE(fn_plan_make(&pb).path != FN_PATH_HELD);
     }
@@ -183,13 +184,11 @@ int main(void)
     fn_plan_problem fwd_huge = {0, 262144, 2, 1, 9, 16, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).threads, 512);
-    /* The streaming forward's calls: two-pass with 512 threads for rows of
-     * 32768 columns and more, bf16 and fp32 (no cluster past it). */
-    fn_plan_problem fwd_stream = {0, 32768, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON};
+    /* The streaming forward's calls: two-pass with 512 threads for rows past
+     * 64 KiB (bf16 65536, fp32 32768 and more; no cluster past it). */
+    fn_plan_problem fwd_stream = {0, 65536, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON};
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).threads, 512);
-    fwd_stream.cols = 65536;
-    ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
     fwd_stream.cols = 131072;
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
     fwd_stream.x_bytes = 4;
@@ -198,7 +197,7 @@ int main(void)
     fwd_stream.cols = 65536;
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
     fwd_stream.x_bytes = 2;
-    fwd_stream.cols = 16384;
+    fwd_stream.cols = 32768;
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_HELD);
     fwd_stream.cols = 32768;
     fwd_stream.stream = 0; /* any other call: a cluster of 2 */

@@ -450,7 +450,7 @@ void check_help(FILE *out)
             "  --backend cpu|cuda  backend to check (default: cuda when a device is usable)\n"
             "  --rows M            rows per case (default: cpu 37, cuda 128)\n"
             "  --cols N,...        columns, comma separated (default: cpu 1,7,256,4097;\n"
-            "                      cuda 1,7,256,1000,4097,16384,32768,65537)\n"
+            "                      cuda 1,7,256,1000,4097,16384,32768,65536,65537)\n"
             "  --quiet             print only failures and the summary\n"
             "  -h, --help          this help\n"
             "\n"
@@ -497,7 +497,8 @@ int check_run(const check_options *opts)
     }
     if (!o.rows) o.rows = o.backend == FUSEDNORM_CUDA ? 128 : 37;
     if (!o.ncols) {
-        static const int64_t cpu_cols[] = {1, 7, 256, 4097}, cuda_cols[] = {1, 7, 256, 1000, 4097, 16384, 32768, 65537};
+        static const int64_t cpu_cols[] = {1, 7, 256, 4097},
+                             cuda_cols[] = {1, 7, 256, 1000, 4097, 16384, 32768, 65536, 65537};
         const int64_t *d = o.backend == FUSEDNORM_CUDA ? cuda_cols : cpu_cols;
         o.ncols = o.backend == FUSEDNORM_CUDA ? 7 : 4;
         memcpy(o.cols, d, sizeof(int64_t) * (size_t)o.ncols);

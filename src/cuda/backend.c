@@ -284,8 +284,8 @@ static void plan_override(const char *var, int is_bwd, int64_t cols, int x_bytes
  * least 32 vectors that U (2, 4, 8) vectors per thread cover in 512 threads
  * takes FN_PATH_HELD with U, and so does the residual call (x and the
  * residual stream of one dtype) with U = 2 or 4 on rows short of
- * streaming; 0 keeps every call off it (the register tiles,
- * or streamed). FUSEDNORM_PLAN_FWD, applied after it, still wins. Read on
+ * streaming; 0 keeps every call off it (the register tiles where it would
+ * be held). FUSEDNORM_PLAN_FWD, applied after it, still wins. Read on
  * every call. Not for production. */
 static void held_override(const fn_plan_problem *pb, fn_plan *pl)
 {

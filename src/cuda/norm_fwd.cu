@@ -15,9 +15,10 @@
  *    cluster * tpr * EPT (262144 on sm_90). Its SHIFT variant takes 16-bit
  *    rows that start off a 16-byte boundary (odd N, odd pitches), realigned
  *    in shared memory (common.cuh), up to FN_PLAN_SHIFT_MAX_COLS.
- *  - norm_fwd_held: rows of the common call (x, y, weight and bias of one
- *    dtype, 16-byte vectors, no residual) of 128..4096 vectors, held whole
- *    in registers by small CTAs, many resident per SM.
+ *  - norm_fwd_held: rows of the streaming kernel's calls (x, y, weight,
+ *    bias and any residual stream of one dtype, 16-byte vectors) of 128
+ *    vectors up to the streamed ones, held whole in registers by small CTAs,
+ *    many resident per SM.
  *  - norm_fwd_stream: long rows of the common call (x, y, weight, bias and
  *    the residual stream of one dtype, 16-byte vectors): one CTA per row, the row read
  *    once for its statistics and once for the output, the re-read from L1.
@@ -469,25 +470,26 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_stream(const fn_fwd_params p)
     }
 }
 
-/* Rows held whole in registers (FN_PATH_HELD): the common call of
- * norm_fwd_stream (x, y, weight and bias of one dtype, 16-byte vectors, no
- * residual) on rows of 128..4096 vectors. Each of a row's tpr threads holds U
- * raw vectors (columns lane + u * tpr, the same for every row it walks),
- * rows_per_block rows per CTA, one CTA per row group (a grid-stride loop only
- * past the grid's limit). No staging and no persistent grid: with 40 (U = 4)
- * or 64 (U = 8) registers an SM keeps 1024-2048 threads resident, and its
- * other CTAs cover one CTA's reductions (docs/perf.md, step 48). LayerNorm
- * reduces the held values twice (the mean, then the centred squares: exact
- * two-pass statistics). The weight and bias are re-read for each row, from
- * L1 (evict_last; x is read once, evict_first). */
+/* Rows held whole in registers (FN_PATH_HELD): the calls of norm_fwd_stream
+ * (x, y, weight, bias and any residual stream of one dtype, 16-byte vectors)
+ * on rows of 128 vectors up to the streamed ones (64 KiB; 32 KiB with the
+ * residual: plan.h). Each of a row's tpr threads holds U raw vectors (columns
+ * lane + u * tpr, the same for every row it walks), rows_per_block rows per
+ * CTA, one CTA per row group (a grid-stride loop only past the grid's limit).
+ * No staging and no persistent grid: with 40 (U = 4) or 64 (U = 8) registers
+ * an SM keeps 1024-2048 threads resident, and its other CTAs cover one CTA's
+ * reductions (docs/perf.md, step 48). LayerNorm reduces the held values twice
+ * (the mean, then the centred squares: exact two-pass statistics). The weight
+ * and bias are re-read for each row, from L1 (evict_last; x is read once,
+ * evict_first). */
 template <typename TX, int VEC, bool LN, bool RES, int U, int MINB>
 __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p)
 {
     static_assert(VEC * sizeof(TX) == 16, "one 16-byte vector");
-    /* RES (lab): the residual call of norm_fwd_stream, x and residual held
-     * raw, h = x + residual formed in fp32 on each use, residual_out written
-     * with y (every load of the row precedes the reductions' barriers, and a
-     * thread writes only its own columns: in place works). */
+    /* RES: the residual call, x and the residual held raw, h = x + residual
+     * formed in fp32 at each use, residual_out written with y (every load of
+     * the row precedes the reductions' barriers, and a thread writes only
+     * its own columns: in place works). */
     __shared__ RowReduceSmem sm;
     int buf = 0;
     const int tpr = p.tpr, rpb = p.rows_per_block, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
@@ -766,9 +768,10 @@ static cudaError_t two_pass_entry(const fn_fwd_params &p, int grid, int threads,
     return cudaGetLastError();
 }
 
-/* U raw vectors per thread: 2 (lab only), 4 or 8 (the planner's). Each
- * bounded for 2048 / 1536 / 1024 resident threads (32 / 40 / 64 registers,
- * no spills on sm_90). */
+/* U raw vectors per thread: 2 (lab only), 4 or 8 (the planner's; 4 with
+ * the residual). Bounded for 2048 / 1536 / 1024 resident threads (32 / 40 /
+ * 64 registers; with the residual 1536 / 1024: 40 / 54-64), no spills on
+ * sm_90. */
 template <typename TX, bool LN, bool RES>
 static cudaError_t held_launch(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s)
 {
