@@ -124,7 +124,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
 
 int fn_plan_streams(const fn_plan_problem *pb)
 {
-    if (pb->is_bwd) return 0;
+    if (pb->is_bwd || pb->w32) return 0;
     if (pb->stream == FN_STREAM_COMMON) return pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_BYTES;
     if (pb->stream == FN_STREAM_RESIDUAL) return pb->cols * pb->x_bytes >= FN_PLAN_STREAM_FWD_RES_BYTES;
     return 0;

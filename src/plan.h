@@ -42,6 +42,8 @@ typedef struct fn_plan_problem {
                            * and bias of one dtype, vector access; with a residual stream of that dtype
                            * or without one); the planner takes it for rows in its range
                            * (FN_PLAN_STREAM_FWD_*) as the two-pass path, which then streams */
+    int w32;              /* forward, with stream set: the weight and bias are fp32 with 16-bit x, which
+                           * the held kernel reads and the streaming kernel does not (never streamed) */
 } fn_plan_problem;
 
 typedef struct fn_plan {
@@ -99,7 +101,8 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
 
 /* The forward's rows the streaming kernel can run (stream != FN_STREAM_NONE)
  * and does not take, of FN_PLAN_HELD_MIN_VECTORS 16-byte vectors or more,
- * take FN_PATH_HELD (up to 4096 vectors: 64 KiB, FN_PLAN_STREAM_FWD_BYTES).
+ * take FN_PATH_HELD (up to 4096 vectors: 64 KiB, FN_PLAN_STREAM_FWD_BYTES;
+ * with fp32 weights and 16-bit x, w32, likewise, and never streamed).
  * The common call holds U = 8 vectors per thread where that leaves more
  * than a warp per row, else U = 4; the residual call (x and the residual
  * stream) U = 4 of each. ceil(vectors / U) threads per row (a power of two

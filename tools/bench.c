@@ -23,7 +23,10 @@
 #include <string.h>
 
 static const char *const NORM_CHOICES[] = {"rms", "ln", NULL};
-static const char *const DTYPE_CHOICES[] = {"f32", "f16", "bf16", NULL}; /* fusednorm_dtype order */
+/* fusednorm_dtype order, then 16-bit activations with fp32 weight and bias
+ * (and dweight, dbias): the mixed-precision call */
+static const char *const DTYPE_CHOICES[] = {"f32", "f16", "bf16", "f16/w32", "bf16/w32", NULL};
+enum { DTYPE_F16_W32 = 3, DTYPE_BF16_W32 = 4 };
 static const char *const PASS_CHOICES[] = {"fwd", "bwd", "both", NULL};
 
 void bench_default_options(bench_options *o)
@@ -41,7 +44,7 @@ void bench_default_options(bench_options *o)
 void bench_help(FILE *out)
 {
     fprintf(out,
-            "usage: fusednorm bench [--backend cpu|cuda] [--norm rms|ln] [--dtype f32|f16|bf16]\n"
+            "usage: fusednorm bench [--backend cpu|cuda] [--norm rms|ln] [--dtype f32|f16|bf16|...]\n"
             "                       [--rows M] [--cols N,...] [--residual [--no-dresidual]]\n"
             "                       [--pass fwd|bwd|both] [--atomic] [--iters K] [--warmup K] [--csv FILE]\n"
             "\n"
@@ -52,8 +55,9 @@ void bench_help(FILE *out)
             "options:\n"
             "  --backend cpu|cuda    default: cuda when a device is usable, else cpu\n"
             "  --norm rms|ln         comma list allowed (rms,ln); default rms\n"
-            "  --dtype f32|f16|bf16  one dtype for activations and weights; comma list\n"
-            "                        allowed; default bf16\n"
+            "  --dtype f32|f16|bf16  one dtype for activations and weights, or f16/w32,\n"
+            "                        bf16/w32: fp32 weight, bias, dweight and dbias with\n"
+            "                        16-bit activations; comma list allowed; default bf16\n"
             "  --rows M              default: cuda 32768 (2^30/N for N >= 65536);\n"
             "                        cpu 8192 (2^25/N for N > 4096)\n"
             "  --cols N,...          default: cuda 256,1024,2048,4096,8192,16384; cpu 1024,4096\n"
@@ -136,6 +140,7 @@ int bench_parse(int argc, char **argv, bench_options *o)
 typedef struct bench_row {
     fusednorm_norm norm;
     fusednorm_dtype dtype;
+    int w32; /* fp32 weight and bias (and their gradients) */
     int64_t rows, cols;
     int residual, bias;
     const char *pass; /* "fwd", "bwd", "bwd-atomic" */
@@ -182,11 +187,16 @@ static const char *norm_short(fusednorm_norm n) { return n == FUSEDNORM_RMSNORM 
 
 static const char *res_label(int residual) { return residual ? (residual == 2 ? "nodr" : "yes") : "no"; }
 
+static const char *dtype_label(const bench_row *r)
+{
+    return r->w32 ? (r->dtype == FUSEDNORM_F16 ? "f16/w32" : "bf16/w32") : cli_dtype_name(r->dtype);
+}
+
 static void progress(run_state *st, const bench_row *r)
 {
     st->done++;
     fprintf(stderr, "[%d/%d] %s %s %lldx%lld%s %s ... ", st->done, st->total, norm_short(r->norm),
-            cli_dtype_name(r->dtype), (long long)r->rows, (long long)r->cols, r->residual ? (r->residual == 2 ? " residual (no dresidual)" : " residual") : "", r->pass);
+            dtype_label(r), (long long)r->rows, (long long)r->cols, r->residual ? (r->residual == 2 ? " residual (no dresidual)" : " residual") : "", r->pass);
     fflush(stderr);
 }
 
@@ -199,17 +209,22 @@ static void progress_done(const bench_row *r)
 }
 
 /* Sets up one (norm, dtype, shape) and times the requested passes into rows[]. */
-static int bench_group(run_state *st, const bench_options *o, fusednorm_norm norm, fusednorm_dtype dt, int64_t M,
+static int bench_group(run_state *st, const bench_options *o, fusednorm_norm norm, int dtype_choice, int64_t M,
                        int64_t N, bench_row *out, int *nout)
 {
     const fusednorm_backend b = st->backend;
     const int ln = norm == FUSEDNORM_LAYERNORM, res = o->residual;
-    const size_t a = cli_dtype_size(dt), mat = (size_t)(M * N) * a, vec = (size_t)N * a;
+    const int w32 = dtype_choice == DTYPE_F16_W32 || dtype_choice == DTYPE_BF16_W32;
+    const fusednorm_dtype dt = dtype_choice == DTYPE_F16_W32    ? FUSEDNORM_F16
+                               : dtype_choice == DTYPE_BF16_W32 ? FUSEDNORM_BF16
+                                                                : (fusednorm_dtype)dtype_choice;
+    const fusednorm_dtype wt = w32 ? FUSEDNORM_F32 : dt; /* weight, bias, dweight, dbias */
+    const size_t a = cli_dtype_size(dt), p = cli_dtype_size(wt), mat = (size_t)(M * N) * a, vec = (size_t)N * p;
     void *x = NULL, *r = NULL, *w = NULL, *bias = NULL, *y = NULL, *rout = NULL, *rstd = NULL, *mean = NULL;
     void *dy = NULL, *dres = NULL, *gx = NULL, *gres = NULL, *gw = NULL, *gb = NULL, *ws = NULL;
     void *staging = malloc(mat ? mat : 1);
     int rc = -1;
-    bench_row base = {norm, dt, M, N, res, ln, NULL, 0, 0, 0};
+    bench_row base = {norm, dt, w32, M, N, res, ln, NULL, 0, 0, 0};
     int want = (o->run_fwd ? 1 : 0) + (o->run_bwd ? 1 + (o->atomic ? 1 : 0) : 0);
 
     if (!staging) {
@@ -220,9 +235,9 @@ static int bench_group(run_state *st, const bench_options *o, fusednorm_norm nor
         (ln && (dev_alloc(b, &bias, vec) || dev_alloc(b, &mean, (size_t)M * 4))) ||
         (res && (dev_alloc(b, &r, mat) || dev_alloc(b, &rout, mat))))
         goto fail;
-    uint64_t seed = (uint64_t)(M * 131 + N) * 8 + (uint64_t)dt;
-    if (upload_random(b, x, staging, dt, M * N, -2.0, 2.0, seed) || upload_random(b, w, staging, dt, N, 0.5, 1.5, seed + 1) ||
-        (ln && upload_random(b, bias, staging, dt, N, -0.5, 0.5, seed + 2)) ||
+    uint64_t seed = (uint64_t)(M * 131 + N) * 8 + (uint64_t)dtype_choice;
+    if (upload_random(b, x, staging, dt, M * N, -2.0, 2.0, seed) || upload_random(b, w, staging, wt, N, 0.5, 1.5, seed + 1) ||
+        (ln && upload_random(b, bias, staging, wt, N, -0.5, 0.5, seed + 2)) ||
         (res && upload_random(b, r, staging, dt, M * N, -1.0, 1.0, seed + 3)))
         goto fail;
 
@@ -232,8 +247,8 @@ static int bench_group(run_state *st, const bench_options *o, fusednorm_norm nor
     fa.cols = N;
     fa.eps = ln ? 1e-5f : 1e-6f;
     fa.x = (fusednorm_tensor){x, dt, 0};
-    fa.weight = (fusednorm_tensor){w, dt, 0};
-    if (ln) fa.bias = (fusednorm_tensor){bias, dt, 0};
+    fa.weight = (fusednorm_tensor){w, wt, 0};
+    if (ln) fa.bias = (fusednorm_tensor){bias, wt, 0};
     if (res) fa.residual = (fusednorm_tensor){r, dt, 0};
     fa.y = (fusednorm_tensor){y, dt, 0};
     if (res) fa.residual_out = (fusednorm_tensor){rout, dt, 0};
@@ -244,7 +259,7 @@ static int bench_group(run_state *st, const bench_options *o, fusednorm_norm nor
     if (o->run_fwd) {
         bench_row row = base;
         row.pass = "fwd";
-        row.bytes = fwd_bytes(M, N, a, a, res, ln);
+        row.bytes = fwd_bytes(M, N, a, p, res, ln);
         progress(st, &row);
         row.ok = dev_time_median(b, launch_fwd, &fa, st->warmup, st->iters, &row.seconds) == 0;
         progress_done(&row);
@@ -273,14 +288,14 @@ static int bench_group(run_state *st, const bench_options *o, fusednorm_norm nor
     ba.eps = fa.eps;
     ba.dy = (fusednorm_tensor){dy, dt, 0};
     ba.x = (fusednorm_tensor){res ? rout : x, dt, 0};
-    ba.weight = (fusednorm_tensor){w, dt, 0};
+    ba.weight = (fusednorm_tensor){w, wt, 0};
     if (res) ba.dresidual_out = (fusednorm_tensor){dres, dt, 0};
     ba.rstd = rstd;
     ba.mean = mean;
     ba.dx = (fusednorm_tensor){gx, dt, 0};
     if (res == 1) ba.dresidual = (fusednorm_tensor){gres, dt, 0};
-    ba.dweight = (fusednorm_tensor){gw, dt, 0};
-    if (ln) ba.dbias = (fusednorm_tensor){gb, dt, 0};
+    ba.dweight = (fusednorm_tensor){gw, wt, 0};
+    if (ln) ba.dbias = (fusednorm_tensor){gb, wt, 0};
     ba.backend = b;
 
     size_t ws_det = 0, ws_atomic = 0;
@@ -298,7 +313,7 @@ static int bench_group(run_state *st, const bench_options *o, fusednorm_norm nor
         bench_row row = base;
         row.pass = variant ? "bwd-atomic" : "bwd";
         ba.flags = variant ? FUSEDNORM_ATOMIC_DWEIGHT : 0;
-        row.bytes = bwd_bytes(M, N, a, a, res, ln);
+        row.bytes = bwd_bytes(M, N, a, p, res, ln);
         progress(st, &row);
         row.ok = dev_time_median(b, launch_bwd, &ba, st->warmup, st->iters, &row.seconds) == 0;
         progress_done(&row);
@@ -368,7 +383,7 @@ int bench_run(const bench_options *opts)
         for (int d = 0; d < o.ndtypes; d++)
             for (int c = 0; c < o.ncols; c++) {
                 int64_t M = o.rows ? o.rows : default_rows(o.backend, o.cols[c]);
-                if (bench_group(&st, &o, (fusednorm_norm)o.norms[n], (fusednorm_dtype)o.dtypes[d], M, o.cols[c], rows,
+                if (bench_group(&st, &o, (fusednorm_norm)o.norms[n], o.dtypes[d], M, o.cols[c], rows,
                                 &nrows))
                     failed = 1;
             }
@@ -376,7 +391,7 @@ int bench_run(const bench_options *opts)
     printf("# fusednorm bench on %s (%s); copy bandwidth %.1f GB/s (%.0f MiB copy, read + written); "
            "median of %d launches\n",
            dev_backend_name(o.backend), device, copy_bps * 1e-9, (double)copy_size / (1 << 20), st.iters);
-    printf("%-4s %-5s %8s %8s %-5s %-10s %12s %10s %7s\n", "norm", "dtype", "rows", "cols", "res", "pass", "time_us",
+    printf("%-4s %-8s %8s %8s %-5s %-10s %12s %10s %7s\n", "norm", "dtype", "rows", "cols", "res", "pass", "time_us",
            "GB/s", "%copy");
     if (csv)
         fprintf(csv, "backend,device,norm,dtype,rows,cols,residual,bias,pass,iters,bytes,median_us,gbps,"
@@ -385,15 +400,15 @@ int bench_run(const bench_options *opts)
         const bench_row *r = &rows[i];
         double gbps = r->ok ? r->bytes / r->seconds * 1e-9 : 0.0, pct = r->ok ? 100.0 * gbps / (copy_bps * 1e-9) : 0.0;
         if (r->ok)
-            printf("%-4s %-5s %8lld %8lld %-5s %-10s %12.2f %10.1f %7.1f\n", norm_short(r->norm),
-                   cli_dtype_name(r->dtype), (long long)r->rows, (long long)r->cols, res_label(r->residual), r->pass,
+            printf("%-4s %-8s %8lld %8lld %-5s %-10s %12.2f %10.1f %7.1f\n", norm_short(r->norm),
+                   dtype_label(r), (long long)r->rows, (long long)r->cols, res_label(r->residual), r->pass,
                    r->seconds * 1e6, gbps, pct);
         else
-            printf("%-4s %-5s %8lld %8lld %-5s %-10s %12s %10s %7s\n", norm_short(r->norm), cli_dtype_name(r->dtype),
+            printf("%-4s %-8s %8lld %8lld %-5s %-10s %12s %10s %7s\n", norm_short(r->norm), dtype_label(r),
                    (long long)r->rows, (long long)r->cols, res_label(r->residual), r->pass, "FAILED", "-", "-");
         if (csv)
             fprintf(csv, "%s,\"%s\",%s,%s,%lld,%lld,%d,%d,%s,%d,%.0f,%.3f,%.2f,%.2f,%.2f,%d\n",
-                    dev_backend_name(o.backend), device, norm_short(r->norm), cli_dtype_name(r->dtype),
+                    dev_backend_name(o.backend), device, norm_short(r->norm), dtype_label(r),
                     (long long)r->rows, (long long)r->cols, r->residual, r->bias, r->pass, st.iters, r->bytes,
                     r->seconds * 1e6, gbps, copy_bps * 1e-9, pct, r->ok);
     }

@@ -128,7 +128,7 @@ typedef struct check_options {
 typedef struct bench_options {
     fusednorm_backend backend;
     int norms[2], nnorms;         /* fusednorm_norm values */
-    int dtypes[3], ndtypes;       /* fusednorm_dtype values */
+    int dtypes[5], ndtypes;       /* fusednorm_dtype values, then 3 f16/w32, 4 bf16/w32 (bench) */
     int64_t rows;                 /* 0: the backend's default (per cols) */
     int64_t cols[CLI_MAX_LIST];
     int ncols;

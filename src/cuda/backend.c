@@ -418,12 +418,15 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
                          vector_vec_ok(a->weight.data) && vector_vec_ok(a->bias.data);
     /* The streaming kernel's call: x, y, weight, bias, residual and
      * residual_out of one dtype, and a row's vector count well inside its
-     * 32-bit indexing. */
+     * 32-bit indexing. The held kernel also takes fp32 weight and bias with
+     * 16-bit x (w32: never streamed). */
+    const int w32 = x_bytes == 2 && dt_w == FN_DT_F32;
     const int stream_call = vec_ok && dt_r == (int)act && dt_ro == (int)act && dt_y == (int)act &&
-                            dt_w == (int)act && a->cols <= ((int64_t)1 << 30);
+                            (dt_w == (int)act || w32) && a->cols <= ((int64_t)1 << 30);
     const int has_res = a->residual.data || a->residual_out.data;
     const int streamable = !stream_call ? FN_STREAM_NONE : has_res ? FN_STREAM_RESIDUAL : FN_STREAM_COMMON;
-    fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16, 0, shift_ok ? 256 : 0, streamable};
+    fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16, 0, shift_ok ? 256 : 0,
+                          streamable, w32};
     fn_plan pl = plan_for(&pb, "FUSEDNORM_PLAN_FWD", &p.tpr, &p.rows_per_block, &p.cluster);
     if (shift_ok) {
         p.shift = pl.path == FN_PATH_ROWS_IN_REGISTERS && fn_fwd_shift_fits(&p, pl.ept);
@@ -457,7 +460,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
         /* Any row of the streaming kernel's call that goes two-pass streams
          * (also those past the register tiles' coverage, and those the lab
          * knob FUSEDNORM_PLAN_FWD=0,0,0 sends there). */
-        if (streamable != FN_STREAM_NONE)
+        if (streamable != FN_STREAM_NONE && !w32)
             p.stream = fn_plan_stream_keeps_weight(&pb) ? FN_STREAM_WEIGHT_L1_KEEP : FN_STREAM_WEIGHT_L1_NONE;
         /* A grid-stride loop over rows: a full SM's worth of CTAs per SM. */
         const int64_t most = (int64_t)df.sm_count * (2048 / pl.threads);
@@ -561,7 +564,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
                          tensor_shift_ok(&a->dresidual, act) && vector_vec_ok(a->weight.data);
     /* SHIFT: no 32-element tile (fn_bwd_shift_fits), CTAs of at most 256 threads (plan.h). */
     fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16,
-                          shift_ok ? 0 : fn_bwd_wide_fits(p), shift_ok ? 256 : 0, 0};
+                          shift_ok ? 0 : fn_bwd_wide_fits(p), shift_ok ? 256 : 0, 0, 0};
     fn_plan *pl = &st->plan;
     *pl = plan_for(&pb, "FUSEDNORM_PLAN_BWD", &p->tpr, &p->rows_per_block, &p->cluster);
     if (shift_ok) {

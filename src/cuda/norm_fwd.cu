@@ -480,8 +480,21 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_stream(const fn_fwd_params p)
  * an SM keeps 1024-2048 threads resident, and its other CTAs cover one CTA's
  * reductions (docs/perf.md, step 48). LayerNorm reduces the held values twice
  * (the mean, then the centred squares: exact two-pass statistics). The weight
- * and bias are re-read for each row, from L1 (evict_last; x is read once,
- * evict_first). */
+ * and bias (of x's dtype, or fp32 with 16-bit x) are re-read for each row,
+ * from L1 (evict_last; x is read once, evict_first). */
+/* Vector v of the weight (or bias) as fp32, read through L1 (evict_last:
+ * every row reads it): of dtype TX, or fp32 with 16-bit TX (w32). */
+template <typename TX, int VEC>
+__device__ __forceinline__ void held_param(const uint4 *wv, int v, bool w32, float (&w)[VEC])
+{
+    if (sizeof(TX) == 2 && w32) {
+        #pragma unroll
+        for (int c = 0; c < VEC / 4; c++) unpack_raw<float, 4>(ld_global16<FN_L1_KEEP>(wv + (VEC / 4) * v + c), w + 4 * c);
+    } else {
+        unpack_raw<TX, VEC>(ld_global16<FN_L1_KEEP>(wv + v), w);
+    }
+}
+
 template <typename TX, int VEC, bool LN, bool RES, int U, int MINB>
 __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p)
 {
@@ -496,6 +509,8 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
     const int nv = (int)(p.cols / VEC);
     const float n = (float)p.cols;
     const uint4 *wv = (const uint4 *)p.w, *bv = (const uint4 *)p.b;
+    /* fp32 weight and bias with 16-bit x: two 16-byte loads per vector */
+    const bool w32 = sizeof(TX) == 2 && p.dt_w == FN_DT_F32;
     for (int64_t g = blockIdx.x; g * rpb < p.rows; g += gridDim.x) {
         const int64_t row = g * rpb + sub;
         const bool row_ok = row < p.rows;
@@ -564,13 +579,13 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
             for (int j = 0; j < VEC; j++) y[j] = (h[j] - mean) * rstd;
             if (wv) {
                 float w[VEC];
-                unpack_raw<TX, VEC>(ld_global16<FN_L1_KEEP>(wv + v), w);
+                held_param<TX, VEC>(wv, v, w32, w);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) y[j] *= w[j] + p.w_off;
             }
             if (bv) {
                 float b[VEC];
-                unpack_raw<TX, VEC>(ld_global16<FN_L1_KEEP>(bv + v), b);
+                held_param<TX, VEC>(bv, v, w32, b);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) y[j] += b[j];
             }
