@@ -224,6 +224,9 @@ if has bench; then
   # the PyTorch package's residual call: no dresidual (it is dx)
   "$FN" bench --backend cuda --norm rms --residual --no-dresidual --dtype bf16 --cols 1024,4096,8192,65536 --pass bwd \
     --csv "$OUT/bench_res_nodr.csv" >"$OUT/bench_res_nodr.txt" 2>"$OUT/bench_res_nodr.err"
+  # the mixed-precision call (bf16 x, fp32 weight / bias and their gradients)
+  "$FN" bench --backend cuda --norm rms,ln --dtype bf16/w32 --cols 1024,4096,8192,32768 --pass both \
+    --csv "$OUT/bench_w32.csv" >"$OUT/bench_w32.txt" 2>"$OUT/bench_w32.err"
   for m in 512 4096 32768 131072; do
     "$FN" bench --backend cuda --norm rms --dtype bf16 --rows $m --cols 2048,8192 --pass bwd --atomic
   done >"$OUT/bench_atomic.txt" 2>"$OUT/bench_atomic.err"
@@ -254,7 +257,7 @@ fi
 echo
 echo "================ summary ================"
 cat "$SUMMARY"
-for f in bench_rms bench_ln bench_res bench_res_nodr; do [ -f "$OUT/$f.txt" ] && { echo "-- $f"; cat "$OUT/$f.txt"; }; done
+for f in bench_rms bench_ln bench_res bench_res_nodr bench_w32; do [ -f "$OUT/$f.txt" ] && { echo "-- $f"; cat "$OUT/$f.txt"; }; done
 [ -f "$OUT/bench_atomic.txt" ] && { echo "-- atomic vs deterministic"; cat "$OUT/bench_atomic.txt"; }
 echo "-- summary"
 cat "$SUMMARY"

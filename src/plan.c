@@ -73,7 +73,9 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     if (!pb->is_bwd && pb->stream != FN_STREAM_NONE && pb->vec_ok && !fn_plan_streams(pb)) {
         const int64_t nv = pb->cols / vec;
         const int u = pb->stream == FN_STREAM_RESIDUAL || (nv + 7) / 8 <= 32 ? 4 : 8;
-        if (nv >= FN_PLAN_HELD_MIN_VECTORS && nv <= FN_PLAN_HELD_MAX_VECTORS &&
+        const int64_t min_nv = pb->w32 && pb->stream == FN_STREAM_COMMON ? FN_PLAN_HELD_W32_MIN_VECTORS
+                                                                          : FN_PLAN_HELD_MIN_VECTORS;
+        if (nv >= min_nv && nv <= FN_PLAN_HELD_MAX_VECTORS &&
             fn_plan_use_held(&best, pb->cols, pb->x_bytes, u))
             return best;
     }

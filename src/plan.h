@@ -127,6 +127,13 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  *  - N = 256 (32 vectors) lost: LayerNorm bf16 51.2 -> 43.6 at U = 4. */
 #define FN_PLAN_HELD_MIN_VECTORS 128
 #define FN_PLAN_HELD_MAX_VECTORS (FN_PLAN_STREAM_FWD_BYTES / 16)
+/* The common call with fp32 weight and bias (w32) is held from 512 vectors:
+ * four 16-byte parameter loads per vector of x (LayerNorm) outweighed the
+ * held layout on short rows (register tile -> held, bf16/w32, % of copy:
+ * LayerNorm 1024 70.7 -> 67.3, 2048 77.9 -> 74.1, 4096 78.7 -> 85.9, 8192
+ * 83.1 -> 90.1, 32768 50.9 -> 75.3; RMSNorm 1024 75.2 -> 76.1, 2048 82.6 ->
+ * 84.4, 4096 83.5 -> 89.4, 8192 85.9 -> 91.7, 32768 68.9 -> 93.4). */
+#define FN_PLAN_HELD_W32_MIN_VECTORS 512
 
 /* Whether the planner streams a forward row (plan.c). */
 int fn_plan_streams(const fn_plan_problem *pb);

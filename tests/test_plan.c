@@ -149,12 +149,18 @@ int main(void)
         pb.is_bwd = 1;
         ASSERT_TRUE(fn_plan_make(&pb).path != FN_PATH_HELD);
     }
-    /* fp32 weights with 16-bit x (w32): held as the common call, never
-     * streamed (past 64 KiB: the clusters) */
+    /* fp32 weights with 16-bit x (w32): held as the common call from 512
+     * vectors, with the residual from 128; never streamed (past 64 KiB:
+     * the clusters) */
     fn_plan_problem w32 = {0, 4096, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 1};
     ASSERT_EQ_INT(fn_plan_make(&w32).path, FN_PATH_HELD);
     ASSERT_EQ_INT(fn_plan_make(&w32).ept, 64);
+    w32.cols = 4088;
+    ASSERT_EQ_INT(fn_plan_make(&w32).path, FN_PATH_ROWS_IN_REGISTERS);
     w32.stream = FN_STREAM_RESIDUAL;
+    w32.cols = 1024;
+    ASSERT_EQ_INT(fn_plan_make(&w32).path, FN_PATH_HELD);
+    w32.cols = 4096;
     ASSERT_EQ_INT(fn_plan_make(&w32).ept, 32);
     w32.cols = 16384; /* 32 KiB with the residual: not streamed, still held */
     ASSERT_EQ_INT(fn_plan_streams(&w32), 0);

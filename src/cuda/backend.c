@@ -292,13 +292,12 @@ static void held_override(const fn_plan_problem *pb, fn_plan *pl)
     const char *v = getenv("FUSEDNORM_FWD_HELD");
     if (!v || pb->is_bwd || pb->stream == FN_STREAM_NONE) return;
     const int u = atoi(v);
-    /* the residual call (lab only): U = 2 or 4, rows the streaming kernel does not take */
-    if (pb->stream == FN_STREAM_RESIDUAL && (u < 2 || u > 4 || fn_plan_streams(pb))) return;
     if (u == 0 && pl->path == FN_PATH_HELD) {
         fn_plan_problem off = *pb;
         off.stream = FN_STREAM_NONE; /* the planner's plan without the held path */
         *pl = fn_plan_make(&off);
-    } else if (u > 0 && pb->cols / (16 / pb->x_bytes) >= 32) {
+    } else if (u > 0 && pb->cols / (16 / pb->x_bytes) >= 32 && !fn_plan_streams(pb) &&
+               (pb->stream == FN_STREAM_COMMON || u <= 4)) { /* the residual call: U = 2 or 4 */
         fn_plan held = *pl;
         if (fn_plan_use_held(&held, pb->cols, pb->x_bytes, u)) *pl = held;
     }

@@ -483,11 +483,12 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_stream(const fn_fwd_params p)
  * and bias (of x's dtype, or fp32 with 16-bit x) are re-read for each row,
  * from L1 (evict_last; x is read once, evict_first). */
 /* Vector v of the weight (or bias) as fp32, read through L1 (evict_last:
- * every row reads it): of dtype TX, or fp32 with 16-bit TX (w32). */
-template <typename TX, int VEC>
-__device__ __forceinline__ void held_param(const uint4 *wv, int v, bool w32, float (&w)[VEC])
+ * every row reads it): of dtype TX, or fp32 with 16-bit TX (W32: two
+ * 16-byte loads). */
+template <typename TX, int VEC, bool W32>
+__device__ __forceinline__ void held_param(const uint4 *wv, int v, float (&w)[VEC])
 {
-    if (sizeof(TX) == 2 && w32) {
+    if constexpr (W32) {
         #pragma unroll
         for (int c = 0; c < VEC / 4; c++) unpack_raw<float, 4>(ld_global16<FN_L1_KEEP>(wv + (VEC / 4) * v + c), w + 4 * c);
     } else {
@@ -495,7 +496,7 @@ __device__ __forceinline__ void held_param(const uint4 *wv, int v, bool w32, flo
     }
 }
 
-template <typename TX, int VEC, bool LN, bool RES, int U, int MINB>
+template <typename TX, int VEC, bool LN, bool RES, bool W32, int U, int MINB>
 __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p)
 {
     static_assert(VEC * sizeof(TX) == 16, "one 16-byte vector");
@@ -509,8 +510,6 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
     const int nv = (int)(p.cols / VEC);
     const float n = (float)p.cols;
     const uint4 *wv = (const uint4 *)p.w, *bv = (const uint4 *)p.b;
-    /* fp32 weight and bias with 16-bit x: two 16-byte loads per vector */
-    const bool w32 = sizeof(TX) == 2 && p.dt_w == FN_DT_F32;
     for (int64_t g = blockIdx.x; g * rpb < p.rows; g += gridDim.x) {
         const int64_t row = g * rpb + sub;
         const bool row_ok = row < p.rows;
@@ -579,13 +578,13 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
             for (int j = 0; j < VEC; j++) y[j] = (h[j] - mean) * rstd;
             if (wv) {
                 float w[VEC];
-                held_param<TX, VEC>(wv, v, w32, w);
+                held_param<TX, VEC, W32>(wv, v, w);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) y[j] *= w[j] + p.w_off;
             }
             if (bv) {
                 float b[VEC];
-                held_param<TX, VEC>(bv, v, w32, b);
+                held_param<TX, VEC, W32>(bv, v, b);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) y[j] += b[j];
             }
@@ -787,30 +786,41 @@ static cudaError_t two_pass_entry(const fn_fwd_params &p, int grid, int threads,
  * the residual). Bounded for 2048 / 1536 / 1024 resident threads (32 / 40 /
  * 64 registers; with the residual 1536 / 1024: 40 / 54-64), no spills on
  * sm_90. */
-template <typename TX, bool LN, bool RES>
+template <typename TX, bool LN, bool RES, bool W32>
 static cudaError_t held_launch(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s)
 {
     constexpr int VEC = 16 / sizeof(TX);
     switch (u) {
-    case 2: norm_fwd_held<TX, VEC, LN, RES, 2, RES ? 3 : 4><<<grid, threads, 0, s>>>(p); break;
-    case 4: norm_fwd_held<TX, VEC, LN, RES, 4, RES ? 2 : 3><<<grid, threads, 0, s>>>(p); break;
+    case 2: norm_fwd_held<TX, VEC, LN, RES, W32, 2, RES ? 3 : 4><<<grid, threads, 0, s>>>(p); break;
+    case 4: norm_fwd_held<TX, VEC, LN, RES, W32, 4, RES ? 2 : 3><<<grid, threads, 0, s>>>(p); break;
     case 8:
         if constexpr (RES) return cudaErrorInvalidValue; /* 128 registers of raw vectors */
-        else norm_fwd_held<TX, VEC, LN, RES, 8, 2><<<grid, threads, 0, s>>>(p);
+        else norm_fwd_held<TX, VEC, LN, RES, W32, 8, 2><<<grid, threads, 0, s>>>(p);
         break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
 }
 
+template <typename TX, bool W32>
+static cudaError_t held_features(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s)
+{
+    if (p.res || p.res_out)
+        return p.is_ln ? held_launch<TX, true, true, W32>(p, u, grid, threads, s)
+                       : held_launch<TX, false, true, W32>(p, u, grid, threads, s);
+    return p.is_ln ? held_launch<TX, true, false, W32>(p, u, grid, threads, s)
+                   : held_launch<TX, false, false, W32>(p, u, grid, threads, s);
+}
+
+/* W32: fp32 weight and bias with 16-bit x, a variant of its own (a run-time
+ * test spilled 8-28 bytes in the 40-register variants; as variants, only
+ * W32 LayerNorm at U = 2 and 4 spills, 4 bytes). */
 template <typename TX>
 static cudaError_t held_entry(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s)
 {
-    if (p.res || p.res_out)
-        return p.is_ln ? held_launch<TX, true, true>(p, u, grid, threads, s)
-                       : held_launch<TX, false, true>(p, u, grid, threads, s);
-    return p.is_ln ? held_launch<TX, true, false>(p, u, grid, threads, s)
-                   : held_launch<TX, false, false>(p, u, grid, threads, s);
+    if constexpr (sizeof(TX) == 2)
+        if (p.dt_w == FN_DT_F32) return held_features<TX, true>(p, u, grid, threads, s);
+    return held_features<TX, false>(p, u, grid, threads, s);
 }
 
 } // namespace fn
