@@ -69,6 +69,14 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < cap_here ? pb->max_cluster : cap_here) : 1;
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
+    if (!pb->is_bwd && pb->stream != FN_STREAM_NONE && pb->vec_ok && !pb->w32 && fn_plan_streams(pb) &&
+        pb->cc_major >= 9) {
+        const int u = pb->stream == FN_STREAM_RESIDUAL ? 4 : 8;
+        if (fn_plan_use_held_cluster(&best, pb->cols, pb->x_bytes, u, FN_PLAN_HELD_CLUSTER_CTA_THREADS,
+                                     pb->max_cluster < FN_PLAN_HELD_MAX_CLUSTER ? pb->max_cluster
+                                                                                 : FN_PLAN_HELD_MAX_CLUSTER))
+            return best;
+    }
     if (fn_plan_streams(pb)) max_cluster = 0; /* streamed (two-pass) */
     if (!pb->is_bwd && pb->stream != FN_STREAM_NONE && pb->vec_ok && !fn_plan_streams(pb)) {
         const int64_t nv = pb->cols / vec;
@@ -157,6 +165,26 @@ int fn_plan_use_held(fn_plan *pl, int64_t cols, int x_bytes, int u)
     pl->rows_per_block = tpr >= 256 ? 1 : 256 / (int)tpr;
     pl->threads = pl->rows_per_block * pl->tpr;
     pl->cluster = 1;
+    return 1;
+}
+
+int fn_plan_use_held_cluster(fn_plan *pl, int64_t cols, int x_bytes, int u, int cta_threads, int max_cluster)
+{
+    const int vec = 16 / x_bytes;
+    if (cols % vec || cta_threads < 32 || cta_threads > 512 || cta_threads % 32) return 0;
+    const int64_t nv = cols / vec, per_cta = (int64_t)u * cta_threads;
+    int c = 2;
+    while ((int64_t)c * per_cta < nv) c *= 2;
+    if (c > max_cluster) return 0;
+    const int64_t slice = (nv + c - 1) / c;
+    const int64_t tpr = ((slice + u - 1) / u + 31) / 32 * 32;
+    pl->path = FN_PATH_HELD;
+    pl->vec = vec;
+    pl->ept = u * vec;
+    pl->tpr = (int)tpr;
+    pl->rows_per_block = 1;
+    pl->threads = (int)tpr;
+    pl->cluster = c;
     return 1;
 }
 

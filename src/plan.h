@@ -135,6 +135,21 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  * 84.4, 4096 83.5 -> 89.4, 8192 85.9 -> 91.7, 32768 68.9 -> 93.4). */
 #define FN_PLAN_HELD_W32_MIN_VECTORS 512
 
+/* Rows the planner would stream (fn_plan_streams, not w32) on sm_90 are held
+ * instead over a cluster of CTAs (FN_PATH_HELD with cluster > 1): U = 8 raw
+ * vectors per thread (4 with the residual), CTAs of up to
+ * FN_PLAN_HELD_CLUSTER_CTA_THREADS threads, the smallest power-of-two
+ * cluster of 2 to FN_PLAN_HELD_MAX_CLUSTER CTAs that holds the row; each
+ * CTA a contiguous slice, the row sums exchanged in distributed shared
+ * memory. Longer rows still stream. */
+#define FN_PLAN_HELD_CLUSTER_CTA_THREADS 512
+#define FN_PLAN_HELD_MAX_CLUSTER 16
+
+/* Turns pl into the clustered held plan (see above) with u vectors per
+ * thread and CTAs of at most cta_threads threads (a multiple of 32, <= 512):
+ * 0 when no cluster of at most max_cluster CTAs holds the row. */
+int fn_plan_use_held_cluster(fn_plan *pl, int64_t cols, int x_bytes, int u, int cta_threads, int max_cluster);
+
 /* Whether the planner streams a forward row (plan.c). */
 int fn_plan_streams(const fn_plan_problem *pb);
 

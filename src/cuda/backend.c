@@ -289,6 +289,20 @@ static void plan_override(const char *var, int is_bwd, int64_t cols, int x_bytes
  * every call. Not for production. */
 static void held_override(const fn_plan_problem *pb, fn_plan *pl)
 {
+    /* FUSEDNORM_FWD_HELD_CTA=T: the clustered held plan with CTAs of at most
+     * T threads (0: those rows stream, as without clusters). */
+    const char *t = getenv("FUSEDNORM_FWD_HELD_CTA");
+    if (t && !pb->is_bwd && pl->path == FN_PATH_HELD && pl->cluster > 1) {
+        const int threads = atoi(t);
+        if (threads == 0) {
+            fn_plan_problem off = *pb;
+            off.max_cluster = 1;
+            *pl = fn_plan_make(&off);
+        } else {
+            fn_plan c = *pl;
+            if (fn_plan_use_held_cluster(&c, pb->cols, pb->x_bytes, pl->ept / pl->vec, threads, 16)) *pl = c;
+        }
+    }
     const char *v = getenv("FUSEDNORM_FWD_HELD");
     if (!v || pb->is_bwd || pb->stream == FN_STREAM_NONE) return;
     const int u = atoi(v);
@@ -439,9 +453,9 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     int err = 0;
     if (pl.path == FN_PATH_HELD) {
         /* One CTA per row group; past the grid's limit the kernel walks on. */
-        int64_t grid = (a->rows + pl.rows_per_block - 1) / pl.rows_per_block;
-        if (grid > 0x7fffffff) grid = 0x7fffffff;
-        err = fn_launch_fwd_held(&p, pl.ept / pl.vec, (int)grid_cap(grid), pl.threads, a->stream);
+        int64_t groups = (a->rows + pl.rows_per_block - 1) / pl.rows_per_block;
+        if (groups > 0x7fffffff / pl.cluster) groups = 0x7fffffff / pl.cluster;
+        err = fn_launch_fwd_held(&p, pl.ept / pl.vec, (int)(grid_cap(groups) * pl.cluster), pl.threads, a->stream);
     }
     if (pl.path == FN_PATH_ROWS_IN_REGISTERS) {
         /* Persistent grid: every resident CTA (cluster), none beyond the row groups. */

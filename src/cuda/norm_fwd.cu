@@ -496,21 +496,25 @@ __device__ __forceinline__ void held_param(const uint4 *wv, int v, float (&w)[VE
     }
 }
 
-template <typename TX, int VEC, bool LN, bool RES, bool W32, int U, int MINB>
+template <typename TX, int VEC, bool LN, bool RES, bool W32, int U, int MINB, bool CL = false>
 __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p)
 {
     static_assert(VEC * sizeof(TX) == 16, "one 16-byte vector");
     /* RES: the residual call, x and the residual held raw, h = x + residual
      * formed in fp32 at each use, residual_out written with y (every load of
      * the row precedes the reductions' barriers, and a thread writes only
-     * its own columns: in place works). */
+     * its own columns: in place works).
+     * CL: rows longer than one CTA holds, split over a cluster of p.cluster
+     * CTAs (sm_90), one slice of tpr * U vectors each (rows_per_block 1);
+     * the row sums meet in distributed shared memory (row_allreduce). */
     __shared__ RowReduceSmem sm;
     int buf = 0;
     const int tpr = p.tpr, rpb = p.rows_per_block, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
-    const int nv = (int)(p.cols / VEC);
+    const int C = CL ? p.cluster : 1;
+    const int nv = (int)(p.cols / VEC), first = CL ? (int)cluster_rank() * tpr * U : 0;
     const float n = (float)p.cols;
     const uint4 *wv = (const uint4 *)p.w, *bv = (const uint4 *)p.b;
-    for (int64_t g = blockIdx.x; g * rpb < p.rows; g += gridDim.x) {
+    for (int64_t g = blockIdx.x / C; g * rpb < p.rows; g += gridDim.x / C) {
         const int64_t row = g * rpb + sub;
         const bool row_ok = row < p.rows;
         const uint4 *xv = (const uint4 *)((const TX *)p.x + row * p.sx);
@@ -519,7 +523,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
         [[maybe_unused]] uint4 rraw[RES ? U : 1];
         #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int v = lane + u * tpr;
+            const int v = first + lane + u * tpr;
             raw[u] = row_ok && v < nv ? ld_global16<FN_L1_DROP>(xv + v) : make_uint4(0, 0, 0, 0);
             if constexpr (RES) rraw[u] = rv && row_ok && v < nv ? ld_global16<FN_L1_DROP>(rv + v) : make_uint4(0, 0, 0, 0);
         }
@@ -543,13 +547,13 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) s[0] += h[j];
             }
-            row_allreduce<1>(s, sm, buf, tpr, sub, 1);
+            row_allreduce<1>(s, sm, buf, tpr, sub, C);
             mean = s[0] / n;
         }
         float q[1] = {0.0f};
         #pragma unroll
         for (int u = 0; u < U; u++) {
-            if (LN && lane + u * tpr >= nv) continue; /* zeros there, not -mean */
+            if (LN && first + lane + u * tpr >= nv) continue; /* zeros there, not -mean */
             float h[VEC];
             held(u, h);
             #pragma unroll
@@ -558,17 +562,17 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
                 q[0] += d * d;
             }
         }
-        row_allreduce<1>(q, sm, buf, tpr, sub, 1);
+        row_allreduce<1>(q, sm, buf, tpr, sub, C);
         const float rstd = rstd_of(q[0], n, p.eps);
         if (!row_ok) continue; /* after the reductions: every thread takes part */
-        if (lane == 0) {
+        if (lane == 0 && first == 0) {
             if (p.rstd) p.rstd[row] = rstd;
             if (p.mean) p.mean[row] = mean;
         }
         uint4 *yv = (uint4 *)((TX *)p.y + row * p.sy);
         #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int v = lane + u * tpr;
+            const int v = first + lane + u * tpr;
             if (v >= nv) continue;
             float h[VEC], y[VEC];
             held(u, h);
@@ -591,6 +595,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
             store_vec<TX, VEC>((TX *)(yv + v), 0, y);
         }
     }
+    if constexpr (CL) cluster_exit_barrier(C); /* the others may still read our row sums */
 }
 
 /* ---- launchers ------------------------------------------------------------ */
@@ -790,6 +795,14 @@ template <typename TX, bool LN, bool RES, bool W32>
 static cudaError_t held_launch(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s)
 {
     constexpr int VEC = 16 / sizeof(TX);
+    if (p.cluster > 1) { /* a row over a cluster: U = 8, or 4 with the residual (never W32) */
+        if constexpr (!W32) {
+            if (u == (RES ? 4 : 8))
+                return launch_or_query(norm_fwd_held<TX, VEC, LN, RES, W32, RES ? 4 : 8, 2, true>, p, grid, threads,
+                                       0, p.cluster, s, nullptr);
+        }
+        return cudaErrorInvalidValue;
+    }
     switch (u) {
     case 2: norm_fwd_held<TX, VEC, LN, RES, W32, 2, RES ? 3 : 4><<<grid, threads, 0, s>>>(p); break;
     case 4: norm_fwd_held<TX, VEC, LN, RES, W32, 4, RES ? 2 : 3><<<grid, threads, 0, s>>>(p); break;
