@@ -70,7 +70,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
     if (!pb->is_bwd && pb->stream != FN_STREAM_NONE && pb->vec_ok && !pb->w32 && fn_plan_streams(pb) &&
-        pb->cc_major >= 9) {
+        pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_BYTES && pb->cc_major >= 9) {
         const int u = pb->stream == FN_STREAM_RESIDUAL ? 4 : 8;
         if (fn_plan_use_held_cluster(&best, pb->cols, pb->x_bytes, u, FN_PLAN_HELD_CLUSTER_CTA_THREADS,
                                      pb->max_cluster < FN_PLAN_HELD_MAX_CLUSTER ? pb->max_cluster

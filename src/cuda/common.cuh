@@ -393,6 +393,47 @@ __device__ __forceinline__ unsigned cluster_rank()
 #endif
 }
 
+/* The cluster barrier in its two halves (sm_90; no-ops elsewhere): a CTA
+ * arrives once it is done reading the others' shared memory and waits only
+ * where it must, so the wait costs nothing when the others arrived long ago
+ * (the held forward: arrive after the row sums, wait after the row's
+ * writes, before the CTA may exit or reuse its slots). Every thread of the
+ * CTA calls both, in turn. */
+__device__ __forceinline__ void cluster_arrive()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cluster_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+/* Statistics of each CTA of a cluster merged over the cluster in rank order
+ * (every thread returns the same bits): each CTA's (count, mean, M2) of its
+ * slice, written to slot[b] of its own shared memory, one cluster barrier,
+ * then read from every CTA. Two slot sets used in turn (b), as in
+ * RowReduceSmem: reuse waits for the next barrier. */
+__device__ __forceinline__ MeanM2 cluster_merge(const MeanM2 &v, MeanM2 (&slot)[2], int &b, int cluster_size)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cg::cluster_group cl = cg::this_cluster();
+    if (threadIdx.x == 0) slot[b] = v;
+    cl.sync();
+    MeanM2 r = *cl.map_shared_rank(&slot[b], 0);
+    for (int k = 1; k < cluster_size; k++) r = merge_mean_m2(r, *cl.map_shared_rank(&slot[b], k));
+    b ^= 1;
+    return r;
+#else
+    (void)slot, (void)b, (void)cluster_size;
+    return v;
+#endif
+}
+
 /* Keeps a CTA's shared memory alive until every CTA of its cluster is done
  * reading it through distributed shared memory. */
 __device__ __forceinline__ void cluster_exit_barrier(int cluster_size)

@@ -508,7 +508,9 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
      * CTAs (sm_90), one slice of tpr * U vectors each (rows_per_block 1);
      * the row sums meet in distributed shared memory (row_allreduce). */
     __shared__ RowReduceSmem sm;
+    [[maybe_unused]] __shared__ MeanM2 cl_slot[2];
     int buf = 0;
+    [[maybe_unused]] int cl_buf = 0;
     const int tpr = p.tpr, rpb = p.rows_per_block, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
     const int C = CL ? p.cluster : 1;
     const int nv = (int)(p.cols / VEC), first = CL ? (int)cluster_rank() * tpr * U : 0;
@@ -516,7 +518,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
     const uint4 *wv = (const uint4 *)p.w, *bv = (const uint4 *)p.b;
     for (int64_t g = blockIdx.x / C; g * rpb < p.rows; g += gridDim.x / C) {
         const int64_t row = g * rpb + sub;
-        const bool row_ok = row < p.rows;
+        const bool row_ok = CL || row < p.rows; /* CL: one row per cluster, g < rows */
         const uint4 *xv = (const uint4 *)((const TX *)p.x + row * p.sx);
         [[maybe_unused]] const uint4 *rv = RES && p.res ? (const uint4 *)((const TX *)p.res + row * p.sres) : nullptr;
         uint4 raw[U];
@@ -537,6 +539,10 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
                 for (int j = 0; j < VEC; j++) h[j] += r[j];
             }
         };
+        /* LayerNorm over a cluster: each CTA's exact two-pass statistics of
+         * its slice (its own barriers), merged over the cluster in one
+         * exchange (cluster_merge) instead of a cluster barrier per pass. */
+        const float n_here = LN && CL ? (float)(min(nv - first, tpr * U) * VEC) : n;
         float mean = 0.0f;
         if constexpr (LN) {
             float s[1] = {0.0f};
@@ -547,8 +553,8 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) s[0] += h[j];
             }
-            row_allreduce<1>(s, sm, buf, tpr, sub, C);
-            mean = s[0] / n;
+            row_allreduce<1>(s, sm, buf, tpr, sub, 1);
+            mean = s[0] / n_here;
         }
         float q[1] = {0.0f};
         #pragma unroll
@@ -562,7 +568,15 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
                 q[0] += d * d;
             }
         }
-        row_allreduce<1>(q, sm, buf, tpr, sub, C);
+        row_allreduce<1>(q, sm, buf, tpr, sub, LN ? 1 : C);
+        if constexpr (LN && CL) {
+            const MeanM2 m = cluster_merge({n_here, mean, q[0]}, cl_slot, cl_buf, C);
+            mean = m.mean;
+            q[0] = m.m2;
+        }
+        /* Done reading the other CTAs' shared memory: arrive now, wait
+         * after the writes (the exit barrier, off the critical path). */
+        if constexpr (CL) cluster_arrive();
         const float rstd = rstd_of(q[0], n, p.eps);
         if (!row_ok) continue; /* after the reductions: every thread takes part */
         if (lane == 0 && first == 0) {
@@ -594,8 +608,8 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
             }
             store_vec<TX, VEC>((TX *)(yv + v), 0, y);
         }
+        if constexpr (CL) cluster_wait(); /* every CTA read our row sums: we may exit, or reuse them */
     }
-    if constexpr (CL) cluster_exit_barrier(C); /* the others may still read our row sums */
 }
 
 /* ---- launchers ------------------------------------------------------------ */
