@@ -72,9 +72,10 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     if (!pb->is_bwd && pb->stream != FN_STREAM_NONE && pb->vec_ok && !pb->w32 && fn_plan_streams(pb) &&
         pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_BYTES && pb->cc_major >= 9) {
         const int u = pb->stream == FN_STREAM_RESIDUAL ? 4 : 8;
-        if (fn_plan_use_held_cluster(&best, pb->cols, pb->x_bytes, u, FN_PLAN_HELD_CLUSTER_CTA_THREADS,
-                                     pb->max_cluster < FN_PLAN_HELD_MAX_CLUSTER ? pb->max_cluster
-                                                                                 : FN_PLAN_HELD_MAX_CLUSTER))
+        const int most = pb->max_cluster < FN_PLAN_HELD_MAX_CLUSTER ? pb->max_cluster : FN_PLAN_HELD_MAX_CLUSTER;
+        const int small = most < FN_PLAN_HELD_SMALL_CTA_MAX_CLUSTER ? most : FN_PLAN_HELD_SMALL_CTA_MAX_CLUSTER;
+        if (fn_plan_use_held_cluster(&best, pb->cols, pb->x_bytes, u, FN_PLAN_HELD_SMALL_CTA_THREADS, small) ||
+            fn_plan_use_held_cluster(&best, pb->cols, pb->x_bytes, u, FN_PLAN_HELD_CLUSTER_CTA_THREADS, most))
             return best;
     }
     if (fn_plan_streams(pb)) max_cluster = 0; /* streamed (two-pass) */

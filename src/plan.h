@@ -135,13 +135,22 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  * 84.4, 4096 83.5 -> 89.4, 8192 85.9 -> 91.7, 32768 68.9 -> 93.4). */
 #define FN_PLAN_HELD_W32_MIN_VECTORS 512
 
-/* Rows the planner would stream (fn_plan_streams, not w32) on sm_90 are held
- * instead over a cluster of CTAs (FN_PATH_HELD with cluster > 1): U = 8 raw
- * vectors per thread (4 with the residual), CTAs of up to
- * FN_PLAN_HELD_CLUSTER_CTA_THREADS threads, the smallest power-of-two
- * cluster of 2 to FN_PLAN_HELD_MAX_CLUSTER CTAs that holds the row; each
- * CTA a contiguous slice, the row sums exchanged in distributed shared
- * memory. Longer rows still stream. */
+/* Rows of more than 64 KiB that the planner would stream (fn_plan_streams,
+ * not w32) are held instead over a cluster of CTAs on sm_90 (FN_PATH_HELD
+ * with cluster > 1): U = 8 raw vectors per thread (4 with the residual),
+ * each CTA a contiguous slice of the row, the row sums exchanged in
+ * distributed shared memory. The smallest power-of-two cluster (2 or more)
+ * of CTAs of up to FN_PLAN_HELD_SMALL_CTA_THREADS threads, if that is at
+ * most FN_PLAN_HELD_SMALL_CTA_MAX_CLUSTER CTAs; else of up to
+ * FN_PLAN_HELD_CLUSTER_CTA_THREADS threads, at most FN_PLAN_HELD_MAX_CLUSTER;
+ * else the row streams. Measured (H200, % of copy, M * N = 2^30, streamed ->
+ * 512-thread / 256-thread CTAs; docs/perf.md session 10): RMSNorm bf16
+ * 65536 73.9 -> 79.3 / 81.0 (C = 2 / 4), 131072 62.9 -> 75.1 / 79.0 (4 /
+ * 8), 262144 59.0 -> 73.5 / 69.9 (8 / 16), 524288 57.7 -> 64.9 (16); fp32
+ * 65536 65.4 -> 75.7 / 79.6 (4 / 8); clusters of 16 lost for LayerNorm
+ * until its merge was a butterfly. */
+#define FN_PLAN_HELD_SMALL_CTA_THREADS 256
+#define FN_PLAN_HELD_SMALL_CTA_MAX_CLUSTER 8
 #define FN_PLAN_HELD_CLUSTER_CTA_THREADS 512
 #define FN_PLAN_HELD_MAX_CLUSTER 16
 

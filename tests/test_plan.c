@@ -26,6 +26,24 @@ static int64_t max_coverage(int is_bwd, int vec, int cc_major, int wide)
     return (int64_t)(cc_major >= 9 ? 8 : 1) * 512 * max_ept;
 }
 
+/* The clustered held plan's rule (plan.h): CTAs of up to 256 threads in a
+ * cluster of up to 8, else of up to 512 in a cluster of up to 16; returns
+ * the cluster size (0: none holds the row) and the CTA bound in *cta. */
+static int expect_cluster(int64_t nv, int u, int *cta)
+{
+    for (int t = FN_PLAN_HELD_SMALL_CTA_THREADS; t <= FN_PLAN_HELD_CLUSTER_CTA_THREADS; t *= 2) {
+        const int most = t == FN_PLAN_HELD_SMALL_CTA_THREADS ? FN_PLAN_HELD_SMALL_CTA_MAX_CLUSTER
+                                                             : FN_PLAN_HELD_MAX_CLUSTER;
+        int c = 2;
+        while ((int64_t)c * u * t < nv) c *= 2;
+        if (c <= most) {
+            *cta = t;
+            return c;
+        }
+    }
+    return 0;
+}
+
 static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc, int wide, int stream)
 {
     fn_plan_problem pb = {is_bwd, cols, x_bytes, vec_ok, cc, 16, wide, 0, stream, 0};
@@ -38,12 +56,32 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
     const int streamed = !is_bwd && ((stream == FN_STREAM_COMMON && cols * x_bytes > FN_PLAN_STREAM_FWD_BYTES) ||
                                      (stream == FN_STREAM_RESIDUAL && cols * x_bytes >= FN_PLAN_STREAM_FWD_RES_BYTES));
     ASSERT_EQ_INT(fn_plan_streams(&pb), streamed);
-    if (streamed) ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
     const int64_t nv = vec_ok && cols % vec == 0 ? cols / vec : 0;
-    const int held = !is_bwd && stream != FN_STREAM_NONE && !streamed && nv >= FN_PLAN_HELD_MIN_VECTORS &&
-                     nv <= FN_PLAN_HELD_MAX_VECTORS;
+    /* Streamed rows past 64 KiB are held over a cluster on sm_90 where a
+     * cluster of up to FN_PLAN_HELD_MAX_CLUSTER CTAs holds them. */
+    const int u_cl = stream == FN_STREAM_RESIDUAL ? 4 : 8;
+    int cta = 0;
+    const int want_c = nv > 0 ? expect_cluster(nv, u_cl, &cta) : 0;
+    const int clustered = streamed && cc >= 9 && cols * x_bytes > FN_PLAN_STREAM_FWD_BYTES && want_c > 0;
+    if (streamed) ASSERT_EQ_INT(p.path, clustered ? FN_PATH_HELD : FN_PATH_TWO_PASS);
+    const int held = (!is_bwd && stream != FN_STREAM_NONE && !streamed && nv >= FN_PLAN_HELD_MIN_VECTORS &&
+                      nv <= FN_PLAN_HELD_MAX_VECTORS) ||
+                     clustered;
     ASSERT_EQ_INT(p.path == FN_PATH_HELD, held);
-    if (p.path == FN_PATH_HELD) {
+    if (p.path == FN_PATH_HELD && clustered) {
+        /* U = 8 (4 with the residual), the smallest power-of-two cluster
+         * of at least 2 that holds the row (expect_cluster), whole warps,
+         * no warp idle on every CTA */
+        const int u = p.ept / vec, c = p.cluster;
+        ASSERT_EQ_INT(p.ept % vec, 0);
+        ASSERT_EQ_INT(u, u_cl);
+        ASSERT_EQ_INT(c, want_c);
+        ASSERT_TRUE(p.tpr % 32 == 0 && p.tpr >= 32 && p.tpr <= cta);
+        ASSERT_TRUE((int64_t)c * p.tpr * u >= nv);
+        ASSERT_TRUE((int64_t)c * (p.tpr - 32) * u < nv);
+        ASSERT_EQ_INT(p.rows_per_block, 1);
+        ASSERT_EQ_INT(p.threads, p.tpr);
+    } else if (p.path == FN_PATH_HELD) {
         /* U raw vectors per thread: 4 with a residual stream; else 8
          * where that leaves more than a warp per row, else 4; the row
          * covered, no thread beyond the rounding of tpr left idle */
@@ -102,23 +140,38 @@ int main(void)
      * fp32 8192); shorter rows of those calls are held. A streamed row
      * keeps the weight in L1 unless the row (x, and the residual) takes 128
      * to 512 KiB of it (keeps: -1 where the row is not streamed). */
-    struct { int64_t cols; int x_bytes, stream, streams, keeps; } streamed[] = {
-        {16384, 2, FN_STREAM_COMMON, 0, -1},  {32768, 2, FN_STREAM_COMMON, 0, -1},  {65536, 2, FN_STREAM_COMMON, 1, 0},
-        {262144, 2, FN_STREAM_COMMON, 1, 0},  {524288, 2, FN_STREAM_COMMON, 1, 1},  {1 << 20, 4, FN_STREAM_COMMON, 1, 1},
-        {32768, 4, FN_STREAM_COMMON, 1, 0},   {262144, 4, FN_STREAM_COMMON, 1, 1},  {8192, 2, FN_STREAM_RESIDUAL, 0, -1},
-        {16384, 2, FN_STREAM_RESIDUAL, 1, 1}, {32768, 2, FN_STREAM_RESIDUAL, 1, 0}, {4096, 4, FN_STREAM_RESIDUAL, 0, -1},
-        {8192, 4, FN_STREAM_RESIDUAL, 1, 1},  {65536, 2, FN_STREAM_NONE, 0, -1},
+    /* cluster: on sm_90, the clustered held plan's CTAs per row (0: streamed
+     * or held in one CTA; every row of 64 KiB or less, and those no cluster
+     * of 16 holds: bf16 past 524288, fp32 past 262144); on sm_80 every
+     * streamed row streams. */
+    struct { int64_t cols; int x_bytes, stream, streams, keeps, cluster; } streamed[] = {
+        {16384, 2, FN_STREAM_COMMON, 0, -1, 0},  {32768, 2, FN_STREAM_COMMON, 0, -1, 0},
+        {65536, 2, FN_STREAM_COMMON, 1, 0, 4},   {131072, 2, FN_STREAM_COMMON, 1, 0, 8},
+        {262144, 2, FN_STREAM_COMMON, 1, 0, 8},  {524288, 2, FN_STREAM_COMMON, 1, 1, 16},
+        {1 << 20, 2, FN_STREAM_COMMON, 1, 1, 0}, {1 << 20, 4, FN_STREAM_COMMON, 1, 1, 0},
+        {32768, 4, FN_STREAM_COMMON, 1, 0, 4},   {262144, 4, FN_STREAM_COMMON, 1, 1, 16},
+        {8192, 2, FN_STREAM_RESIDUAL, 0, -1, 0}, {16384, 2, FN_STREAM_RESIDUAL, 1, 1, 0},
+        {32768, 2, FN_STREAM_RESIDUAL, 1, 0, 0}, {65536, 2, FN_STREAM_RESIDUAL, 1, 0, 8},
+        {262144, 2, FN_STREAM_RESIDUAL, 1, 1, 16}, {4096, 4, FN_STREAM_RESIDUAL, 0, -1, 0},
+        {8192, 4, FN_STREAM_RESIDUAL, 1, 1, 0},  {32768, 4, FN_STREAM_RESIDUAL, 1, 0, 8},
+        {65536, 2, FN_STREAM_NONE, 0, -1, 0},
     };
     for (size_t i = 0; i < sizeof streamed / sizeof streamed[0]; i++) {
-        fn_plan_problem pb = {0, streamed[i].cols, streamed[i].x_bytes, 1, 9, 16, 0, 0, streamed[i].stream, 0};
-        snprintf(th_context, sizeof th_context, "streams: cols %lld x_bytes %d stream %d", (long long)streamed[i].cols,
-                 streamed[i].x_bytes, streamed[i].stream);
-        ASSERT_EQ_INT(fn_plan_streams(&pb), streamed[i].streams);
-        const int held = streamed[i].stream != FN_STREAM_NONE && !streamed[i].streams;
-        ASSERT_EQ_INT(fn_plan_make(&pb).path, streamed[i].streams ? FN_PATH_TWO_PASS
-                                              : held              ? FN_PATH_HELD
-                                                                  : FN_PATH_ROWS_IN_REGISTERS);
-        if (streamed[i].keeps >= 0) ASSERT_EQ_INT(fn_plan_stream_keeps_weight(&pb), streamed[i].keeps);
+        for (int cc = streamed[i].stream == FN_STREAM_NONE ? 9 : 8; cc <= 9; cc++) {
+            fn_plan_problem pb = {0, streamed[i].cols, streamed[i].x_bytes, 1, cc, 16, 0, 0, streamed[i].stream, 0};
+            snprintf(th_context, sizeof th_context, "streams: cols %lld x_bytes %d stream %d sm_%d0",
+                     (long long)streamed[i].cols, streamed[i].x_bytes, streamed[i].stream, cc);
+            ASSERT_EQ_INT(fn_plan_streams(&pb), streamed[i].streams);
+            const int held = streamed[i].stream != FN_STREAM_NONE && !streamed[i].streams;
+            const int cluster = cc >= 9 ? streamed[i].cluster : 0;
+            const fn_plan p = fn_plan_make(&pb);
+            ASSERT_EQ_INT(p.path, cluster                ? FN_PATH_HELD
+                                  : streamed[i].streams ? FN_PATH_TWO_PASS
+                                  : held                ? FN_PATH_HELD
+                                                        : FN_PATH_ROWS_IN_REGISTERS);
+            if (p.path == FN_PATH_HELD) ASSERT_EQ_INT(p.cluster, cluster ? cluster : 1);
+            if (streamed[i].keeps >= 0) ASSERT_EQ_INT(fn_plan_stream_keeps_weight(&pb), streamed[i].keeps);
+        }
     }
 
     /* The held forward's plans for the shapes of docs/perf.md (session 9,
@@ -208,9 +261,9 @@ int main(void)
     fn_plan_problem fwd_huge = {0, 262144, 2, 1, 9, 16, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).threads, 512);
-    /* The streaming forward's calls: two-pass with 512 threads for rows past
-     * 64 KiB (bf16 65536, fp32 32768 and more; no cluster past it). */
-    fn_plan_problem fwd_stream = {0, 65536, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 0};
+    /* The streaming forward's calls off sm_90 (no clusters): two-pass with
+     * 512 threads for rows past 64 KiB (bf16 65536, fp32 32768 and more). */
+    fn_plan_problem fwd_stream = {0, 65536, 2, 1, 8, 16, 0, 0, FN_STREAM_COMMON, 0};
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).threads, 512);
     fwd_stream.cols = 131072;
@@ -224,6 +277,7 @@ int main(void)
     fwd_stream.cols = 32768;
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_HELD);
     fwd_stream.cols = 32768;
+    fwd_stream.cc_major = 9;
     fwd_stream.stream = 0; /* any other call: a cluster of 2 */
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_ROWS_IN_REGISTERS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).cluster, 2);

@@ -285,11 +285,24 @@ __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm,
             #pragma unroll
             for (int i = 0; i < NV; i++) sm.cluster[buf][sub][i] = v[i];
         cl.sync();
-        #pragma unroll
-        for (int i = 0; i < NV; i++) {
-            float s = 0.0f;
-            for (int r = 0; r < cluster_size; r++) s += *cl.map_shared_rank(&sm.cluster[buf][sub][i], r);
-            v[i] = s;
+        if (tpr >= 32 && (cluster_size & (cluster_size - 1)) == 0) {
+            /* Whole warps per row: lane l reads CTA l mod P's sum (P: the
+             * cluster size, a power of two up to 16), and a butterfly adds
+             * them: one distributed-shared load per thread instead of one
+             * per CTA, the same bits in every warp (as above). */
+            const int l = threadIdx.x & (cluster_size - 1);
+            #pragma unroll
+            for (int i = 0; i < NV; i++) v[i] = *cl.map_shared_rank(&sm.cluster[buf][sub][i], l);
+            for (int off = cluster_size >> 1; off > 0; off >>= 1)
+                #pragma unroll
+                for (int i = 0; i < NV; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], off);
+        } else {
+            #pragma unroll
+            for (int i = 0; i < NV; i++) {
+                float s = 0.0f;
+                for (int r = 0; r < cluster_size; r++) s += *cl.map_shared_rank(&sm.cluster[buf][sub][i], r);
+                v[i] = s;
+            }
         }
     }
 #else
@@ -413,10 +426,10 @@ __device__ __forceinline__ void cluster_wait()
 #endif
 }
 
-/* Statistics of each CTA of a cluster merged over the cluster in rank order
- * (every thread returns the same bits): each CTA's (count, mean, M2) of its
- * slice, written to slot[b] of its own shared memory, one cluster barrier,
- * then read from every CTA. Two slot sets used in turn (b), as in
+/* Statistics of each CTA of a cluster (a power of two of CTAs) merged over
+ * the cluster in a fixed order (every thread returns the same bits): each
+ * CTA's (count, mean, M2) of its slice, written to slot[b] of its own shared
+ * memory, one cluster barrier, then read from every CTA. Two slot sets used in turn (b), as in
  * RowReduceSmem: reuse waits for the next barrier. */
 __device__ __forceinline__ MeanM2 cluster_merge(const MeanM2 &v, MeanM2 (&slot)[2], int &b, int cluster_size)
 {
@@ -424,8 +437,10 @@ __device__ __forceinline__ MeanM2 cluster_merge(const MeanM2 &v, MeanM2 (&slot)[
     cg::cluster_group cl = cg::this_cluster();
     if (threadIdx.x == 0) slot[b] = v;
     cl.sync();
-    MeanM2 r = *cl.map_shared_rank(&slot[b], 0);
-    for (int k = 1; k < cluster_size; k++) r = merge_mean_m2(r, *cl.map_shared_rank(&slot[b], k));
+    /* lane l reads CTA l mod cluster_size's statistics (a power of two up to
+     * 16), then a butterfly merges them, lower lanes first (shfl_merge) */
+    MeanM2 r = *cl.map_shared_rank(&slot[b], (int)(threadIdx.x & (cluster_size - 1)));
+    for (int off = cluster_size >> 1; off > 0; off >>= 1) r = shfl_merge(r, off);
     b ^= 1;
     return r;
 #else
