@@ -162,10 +162,12 @@ if has sanitize; then
   #   32768   clusters of 2 (the forward's other calls: fp32 weights, fp32 y)
   #   4097    two-pass, rows peeled to 16 bytes, dweight partials in shared memory
   #   16384   one CTA per row: the backward's 32-element tile (128 KiB of stages)
-  #   65536   the streaming forward (one CTA per row, re-reads from L1 / L2);
-  #           clusters (distributed shared memory) for the other calls
-  #   131072  the largest clusters (8 fwd, 16 bwd)
-  #   300000  column split: two-pass statistics pass, then norm_bwd_columns
+  #   65536   the held forward over clusters of 4 CTAs (common and residual
+  #           calls; distributed shared memory, the exit barrier split);
+  #           register-tile clusters for the other calls
+  #   131072  the largest clusters (held: 8 CTAs; register tile 8 fwd, 16 bwd)
+  #   300000  the streaming forward (one CTA per row, re-reads from L1 / L2);
+  #           column split: two-pass statistics pass, then norm_bwd_columns
   # FUSEDNORM_GRID_CAP=2 keeps the persistent grids at 2 CTAs (clusters), so a
   # small problem still walks several rows per CTA: pipeline stages reused,
   # partial rows summed. memcheck also runs with the default grids, and over

@@ -30,7 +30,9 @@
  * with a residual stream, take the two-pass path in its streaming form
  * (fn_plan_streams); shorter ones of FN_PLAN_HELD_MIN_VECTORS vectors or
  * more take FN_PATH_HELD (fn_plan_use_held): whole rows in registers, many
- * small CTAs resident per SM.
+ * small CTAs resident per SM. On sm_90 the streamed rows past 64 KiB are
+ * held too, over a cluster of CTAs (fn_plan_use_held_cluster), where a
+ * cluster of up to 16 (the backend's max_cluster) holds them.
  *
  * Without vector access (odd N, misaligned pointers or row pitches), rows of
  * FN_PLAN_SCALAR_TWO_PASS_COLS or more also take the two-pass path: held in

@@ -143,16 +143,24 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  * of CTAs of up to FN_PLAN_HELD_SMALL_CTA_THREADS threads, if that is at
  * most FN_PLAN_HELD_SMALL_CTA_MAX_CLUSTER CTAs; else of up to
  * FN_PLAN_HELD_CLUSTER_CTA_THREADS threads, at most FN_PLAN_HELD_MAX_CLUSTER;
- * else the row streams. Measured (H200, % of copy, M * N = 2^30, streamed ->
- * 512-thread / 256-thread CTAs; docs/perf.md session 10): RMSNorm bf16
- * 65536 73.9 -> 79.3 / 81.0 (C = 2 / 4), 131072 62.9 -> 75.1 / 79.0 (4 /
- * 8), 262144 59.0 -> 73.5 / 69.9 (8 / 16), 524288 57.7 -> 64.9 (16); fp32
- * 65536 65.4 -> 75.7 / 79.6 (4 / 8); clusters of 16 lost for LayerNorm
- * until its merge was a butterfly. */
+ * else the row streams. Measured (H200, % of copy, M * N = 2^30, streamed
+ * -> clustered, docs/perf.md session 10, step 53): RMSNorm bf16 65536 73.9
+ * -> 81.3 (C = 4 of 256 threads), 131072 63.0 -> 79.3 (8 of 256), 262144
+ * 59.1 -> 73.9 (8 of 512), 524288 57.7 -> 62.9 (16 of 512); LayerNorm bf16
+ * 65536 53.9 -> 70.0, 131072 49.3 -> 64.8, 262144 49.2 -> 59.0; fp32
+ * RMSNorm 32768 76.8 -> 81.6, 65536 65.3 -> 80.0, 131072 61.8 -> 74.4; the
+ * residual call bf16 65536 67.2 -> 81.8, fp32 32768 68.2 -> 83.4. CTAs of
+ * 256 threads beat 512 where both make clusters of 8 or fewer (bf16 131072
+ * 75.1 -> 79.0, fp32 65536 75.7 -> 79.6). The backend caps LayerNorm's
+ * clusters at FN_FWD_LN_MAX_CLUSTER: in clusters of 16 it lost to streaming
+ * (bf16 524288 49.5 -> 41.9, fp32 262144 58.0 -> 46.3, residual bf16 262144
+ * 56.9 -> 48.7), where RMSNorm gained (57.7 -> 62.9, 60.6 -> 64.4, 62.2 ->
+ * 70.9). */
 #define FN_PLAN_HELD_SMALL_CTA_THREADS 256
 #define FN_PLAN_HELD_SMALL_CTA_MAX_CLUSTER 8
 #define FN_PLAN_HELD_CLUSTER_CTA_THREADS 512
 #define FN_PLAN_HELD_MAX_CLUSTER 16
+#define FN_FWD_LN_MAX_CLUSTER 8
 
 /* Turns pl into the clustered held plan (see above) with u vectors per
  * thread and CTAs of at most cta_threads threads (a multiple of 32, <= 512):

@@ -281,6 +281,17 @@ int main(void)
     fwd_stream.stream = 0; /* any other call: a cluster of 2 */
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_ROWS_IN_REGISTERS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).cluster, 2);
+    /* LayerNorm's forward (the backend's max_cluster FN_FWD_LN_MAX_CLUSTER):
+     * held over clusters of up to 8 CTAs, streamed past them */
+    fn_plan_problem ln_fwd = {0, 262144, 2, 1, 9, FN_FWD_LN_MAX_CLUSTER, 0, 0, FN_STREAM_COMMON, 0};
+    ASSERT_EQ_INT(fn_plan_make(&ln_fwd).path, FN_PATH_HELD);
+    ASSERT_EQ_INT(fn_plan_make(&ln_fwd).cluster, 8);
+    ASSERT_EQ_INT(fn_plan_make(&ln_fwd).threads, 512);
+    ln_fwd.cols = 524288;
+    ASSERT_EQ_INT(fn_plan_make(&ln_fwd).path, FN_PATH_TWO_PASS);
+    ln_fwd.cols = 131072;
+    ASSERT_EQ_INT(fn_plan_make(&ln_fwd).cluster, 8);
+    ASSERT_EQ_INT(fn_plan_make(&ln_fwd).threads, 256);
     fn_plan_problem bwd_large = {1, 131072, 2, 1, 9, 16, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&bwd_large).path, FN_PATH_TWO_PASS);
     fn_plan_problem bwd_huge = {1, 262145, 2, 1, 9, 16, 1, 0, 0, 0};

@@ -438,7 +438,10 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
                             (dt_w == (int)act || w32) && a->cols <= ((int64_t)1 << 30);
     const int has_res = a->residual.data || a->residual_out.data;
     const int streamable = !stream_call ? FN_STREAM_NONE : has_res ? FN_STREAM_RESIDUAL : FN_STREAM_COMMON;
-    fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16, 0, shift_ok ? 256 : 0,
+    /* LayerNorm's rows held over a cluster stop at 8 CTAs (FN_FWD_LN_MAX_CLUSTER):
+     * past it they stream. */
+    const int max_cluster = a->norm == FUSEDNORM_LAYERNORM ? FN_FWD_LN_MAX_CLUSTER : 16;
+    fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, max_cluster, 0, shift_ok ? 256 : 0,
                           streamable, w32};
     fn_plan pl = plan_for(&pb, "FUSEDNORM_PLAN_FWD", &p.tpr, &p.rows_per_block, &p.cluster);
     if (shift_ok) {

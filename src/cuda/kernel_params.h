@@ -63,7 +63,8 @@ typedef struct fn_bwd_params {
  * vec/ept/threads/grid come from the plan (src/plan.h). */
 int fn_launch_fwd_rows(const fn_fwd_params *p, int vec, int ept, int grid, int threads, void *stream);
 int fn_launch_fwd_two_pass(const fn_fwd_params *p, int grid, int threads, void *stream);
-/* FN_PATH_HELD: u raw vectors per thread (2, 4, 8), p->tpr threads per row, p->rows_per_block rows per CTA. */
+/* FN_PATH_HELD: u raw vectors per thread (2, 4, 8), p->tpr threads per row, p->rows_per_block rows per CTA;
+ * p->cluster > 1: a row over that many CTAs (grid a multiple of it, sm_90; u 8, or 4 with the residual). */
 int fn_launch_fwd_held(const fn_fwd_params *p, int u, int grid, int threads, void *stream);
 /* Whether the forward's SHIFT kernel can run this call with the plan in p
  * (tpr, rows_per_block) and ept: 16-bit x, its shared memory within

@@ -17,10 +17,12 @@
  *    in shared memory (common.cuh), up to FN_PLAN_SHIFT_MAX_COLS.
  *  - norm_fwd_held: rows of the streaming kernel's calls (x, y, weight,
  *    bias and any residual stream of one dtype, 16-byte vectors) of 128
- *    vectors up to the streamed ones, held whole in registers by small CTAs,
- *    many resident per SM.
+ *    vectors and more, held whole in registers by small CTAs, many resident
+ *    per SM; past 64 KiB (sm_90) by a cluster of CTAs, a slice each, the
+ *    row sums exchanged in distributed shared memory.
  *  - norm_fwd_stream: long rows of the common call (x, y, weight, bias and
- *    the residual stream of one dtype, 16-byte vectors): one CTA per row, the row read
+ *    the residual stream of one dtype, 16-byte vectors) that no cluster
+ *    holds, or off sm_90: one CTA per row, the row read
  *    once for its statistics and once for the output, the re-read from L1.
  *  - norm_fwd_two_pass: any N and any alignment. One CTA per row
  *    (grid-stride), re-reading the row from global memory for each statistic
