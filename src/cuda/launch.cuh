@@ -14,9 +14,12 @@
 
 namespace fn {
 
+/* balance: ask the cluster scheduler for load balancing rather than its
+ * default (spread), for one-shot grids of many clusters: the held forward
+ * over clusters gained 1-12% with it (docs/perf.md, session 10, step 56). */
 template <typename Params>
 static cudaError_t launch_or_query(void (*kernel)(Params), const Params &params, int grid, int threads, size_t smem,
-                                   int cluster, cudaStream_t stream, int *active)
+                                   int cluster, cudaStream_t stream, int *active, bool balance = false)
 {
     /* Static plus dynamic shared memory over 48 KiB needs the opt-in, or the
      * launch fails and the occupancy query answers 0 (which once sent every
@@ -27,7 +30,7 @@ static cudaError_t launch_or_query(void (*kernel)(Params), const Params &params,
         if (e != cudaSuccess) return e;
     }
     cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     cfg.gridDim = dim3(grid);
     cfg.blockDim = dim3(threads);
     cfg.dynamicSmemBytes = smem;
@@ -44,6 +47,11 @@ static cudaError_t launch_or_query(void (*kernel)(Params), const Params &params,
         attr[0].val.clusterDim.y = 1;
         attr[0].val.clusterDim.z = 1;
         cfg.numAttrs = 1;
+        if (balance) {
+            attr[1].id = cudaLaunchAttributeClusterSchedulingPolicyPreference;
+            attr[1].val.clusterSchedulingPolicyPreference = cudaClusterSchedulingPolicyLoadBalancing;
+            cfg.numAttrs = 2;
+        }
     }
     if (!active) return cudaLaunchKernelEx(&cfg, kernel, params);
     /* The cluster query wants a grid that is a whole number of clusters. */
