@@ -71,8 +71,8 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < cap_here ? pb->max_cluster : cap_here) : 1;
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
-    if (!pb->is_bwd && pb->stream != FN_STREAM_NONE && pb->vec_ok && !pb->w32 && fn_plan_streams(pb) &&
-        pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_BYTES && pb->cc_major >= 9) {
+    /* fn_plan_streams: a forward of the streaming kernel's call, not w32 */
+    if (pb->vec_ok && pb->cc_major >= 9 && fn_plan_streams(pb) && pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_BYTES) {
         const int u = pb->stream == FN_STREAM_RESIDUAL ? 4 : 8;
         const int most = pb->max_cluster < FN_PLAN_HELD_MAX_CLUSTER ? pb->max_cluster : FN_PLAN_HELD_MAX_CLUSTER;
         const int small = most < FN_PLAN_HELD_SMALL_CTA_MAX_CLUSTER ? most : FN_PLAN_HELD_SMALL_CTA_MAX_CLUSTER;

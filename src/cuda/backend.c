@@ -300,7 +300,8 @@ static void held_override(const fn_plan_problem *pb, fn_plan *pl)
             *pl = fn_plan_make(&off);
         } else {
             fn_plan c = *pl;
-            if (fn_plan_use_held_cluster(&c, pb->cols, pb->x_bytes, pl->ept / pl->vec, threads, 16)) *pl = c;
+            if (fn_plan_use_held_cluster(&c, pb->cols, pb->x_bytes, pl->ept / pl->vec, threads, FN_PLAN_HELD_MAX_CLUSTER))
+                *pl = c;
         }
     }
     const char *v = getenv("FUSEDNORM_FWD_HELD");

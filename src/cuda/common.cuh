@@ -239,6 +239,17 @@ __device__ __forceinline__ void row_barrier(int id, int nthreads)
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
 }
 
+/* Adds NV values over aligned groups of `width` lanes (a power of two up to
+ * 32) by a butterfly: every lane of a group ends with the same bits (each
+ * step adds the same two operands on both lanes of a pair). */
+template <int NV>
+__device__ __forceinline__ void lanes_sum(float (&v)[NV], int width)
+{
+    for (int off = width >> 1; off > 0; off >>= 1)
+        #pragma unroll
+        for (int i = 0; i < NV; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], off);
+}
+
 /* Sum NV values over the threads of one row slice (tpr threads: sub-warp
  * groups aligned to powers of two, or whole warps), then over the cluster's
  * CTAs. Every thread of the block must call it (barriers inside: the row's
@@ -248,14 +259,9 @@ __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm,
                                               int cluster_size)
 {
     if (tpr <= 32) {
-        for (int off = tpr >> 1; off > 0; off >>= 1)
-            #pragma unroll
-            for (int i = 0; i < NV; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], off);
+        lanes_sum(v, tpr);
     } else {
-        #pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            #pragma unroll
-            for (int i = 0; i < NV; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], off);
+        lanes_sum(v, 32);
         const int warp = threadIdx.x >> 5, wpr = tpr >> 5;
         if ((threadIdx.x & 31) == 0)
             #pragma unroll
@@ -274,9 +280,7 @@ __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm,
         const int l = threadIdx.x & (P - 1);
         #pragma unroll
         for (int i = 0; i < NV; i++) v[i] = l < wpr ? sm.warp[buf][sub * wpr + l][i] : 0.0f;
-        for (int off = P >> 1; off > 0; off >>= 1)
-            #pragma unroll
-            for (int i = 0; i < NV; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], off);
+        lanes_sum(v, P);
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (cluster_size > 1) {
@@ -293,9 +297,7 @@ __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm,
             const int l = threadIdx.x & (cluster_size - 1);
             #pragma unroll
             for (int i = 0; i < NV; i++) v[i] = *cl.map_shared_rank(&sm.cluster[buf][sub][i], l);
-            for (int off = cluster_size >> 1; off > 0; off >>= 1)
-                #pragma unroll
-                for (int i = 0; i < NV; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], off);
+            lanes_sum(v, cluster_size);
         } else {
             #pragma unroll
             for (int i = 0; i < NV; i++) {
