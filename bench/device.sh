@@ -11,6 +11,8 @@
 #        builds branches' CLI and test_cuda_ops into .devvar/<name>), QUICK=1 (fewer bench shapes);
 #        ab: AB_BUILD (builds to compare with BUILD), AB_NORMS, AB_DTYPES, AB_COLS, AB_PASSES, AB_RESIDUAL=1|2
 #        ncu: NCU_PASSES, NCU_NORM, NCU_DTYPE, NCU_COLS, NCU_KERNEL (rows, or two_pass)
+#        sanitize: SANITIZERS, SANITIZE_COLS, SANITIZE_ROWS, SANITIZE_TIMEOUT, RACECHECK_COLS,
+#        RACECHECK_ROWS, RACECHECK_TIMEOUT, RACECHECK_LARGE_COLS
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -180,8 +182,9 @@ if has sanitize; then
   # partial rows summed. memcheck also runs with the default grids, and over
   # the atomic dweight path (bench --atomic, one launch per case).
   # racecheck also runs each large-row path (clusters at 65536; two-pass forward and
-  # column-split backward at 300000), rms and ln, bf16 and f32, one launch each
-  # (bench --warmup 0: 2-5 s per case).
+  # column-split backward at 300000; RACECHECK_LARGE_COLS picks others), rms and
+  # ln, bf16 and f32, one launch each on 4 rows, so that under the grid cap a
+  # cluster walks 2 (bench --warmup 0: 2-5 s per case).
   # Odd row counts (23, 11): a tensor's size is then no multiple of 16 bytes at
   # odd N, so a read past its last row's end leaves the allocation and memcheck
   # sees it (session 8: at 24 rows the SHIFT kernels' cp.async window past the
@@ -208,7 +211,7 @@ if has sanitize; then
         --cols 256,999,4096,4097,65536,300000 --dtype bf16,f32 --norm rms,ln --pass bwd --atomic --iters 1 --warmup 0
     fi
     if [ $tool = racecheck ]; then
-      for norm in rms ln; do for dt in bf16 f32; do for c in 65536 300000; do
+      for norm in rms ln; do for dt in bf16 f32; do for c in ${RACECHECK_LARGE_COLS:-65536 300000}; do
         FUSEDNORM_GRID_CAP=2 san "racecheck_${norm}_${dt}_$c" racecheck 60 "$FN" bench --backend cuda --rows 4 \
           --cols $c --dtype $dt --norm $norm --pass both --iters 1 --warmup 0
       done; done; done
