@@ -106,6 +106,37 @@ __device__ __forceinline__ uint4 ld_global16(const void *a)
     return r;
 }
 
+/* The L2 policy evict_last (createpolicy, sm_80+) for loads that take it
+ * (ld_global16_l2): lines so read leave L2 after the others. The held
+ * forward reads x (once) and the weight (every row) so: the same DRAM bytes
+ * (ncu: 537 MB read at N = 8192 bf16 with or without it) in 5-8% less time
+ * (docs/perf.md, step 57). */
+__device__ __forceinline__ uint64_t l2_evict_last_policy()
+{
+    uint64_t pol;
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+/* ld_global16 with an L2 cache-hint policy (l2_evict_last_policy). */
+template <int L1>
+__device__ __forceinline__ uint4 ld_global16_l2(const void *a, uint64_t pol)
+{
+    uint4 r;
+    if constexpr (L1 == FN_L1_KEEP)
+        asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                     : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                     : "l"(a), "l"(pol));
+    else if constexpr (L1 == FN_L1_NONE)
+        asm volatile("ld.global.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                     : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                     : "l"(a), "l"(pol));
+    else
+        asm volatile("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                     : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                     : "l"(a), "l"(pol));
+    return r;
+}
+
 /* Load VEC consecutive elements of type T starting at element i (i a multiple of
  * VEC; base and row stride aligned when the planner chose VEC > 1). */
 template <typename T, int VEC>
