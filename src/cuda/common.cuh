@@ -511,6 +511,19 @@ __device__ __forceinline__ void cp_async16_s(unsigned s, const void *gmem)
     (void)gmem;
 #endif
 }
+/* cp_async16_s with an L2 cache-hint policy (l2_evict_last_policy): the
+ * register tiles stage x and dy (and the residual streams) with evict_last
+ * (docs/perf.md, step 57). */
+__device__ __forceinline__ void cp_async16_s_l2(unsigned s, const void *gmem, uint64_t pol)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "l"(pol) : "memory");
+#else
+    (void)s;
+    (void)gmem;
+    (void)pol;
+#endif
+}
 __device__ __forceinline__ void cp_async4_s(unsigned s, const void *gmem)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

@@ -172,6 +172,10 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
      * dependent global load. */
     float2 *stat_slot = reinterpret_cast<float2 *>(stage + STAGES * per_stage);
     [[maybe_unused]] uint4 *out_runs = reinterpret_cast<uint4 *>(stat_slot + STAGES * nthr);
+    /* x and dy (and dresidual_out) are staged with the L2 policy evict_last:
+     * the same DRAM bytes in less time (RMSNorm bf16 4096 90.4 -> 93.5% of
+     * copy; docs/perf.md, step 57). */
+    const uint64_t l2_last = l2_evict_last_policy();
     auto issue = [&](int64_t g, int st) {
         const int64_t row = g * rpb + sub;
         if (g < groups && row < p.rows) {
@@ -197,15 +201,15 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
             #pragma unroll
             for (int k = 0; k < K; k++) {
                 if (!col_ok[k]) continue;
-                cp_async16_s(sx + (unsigned)(k * nthr) * 16u, xrow + k * tpr * VEC);
-                cp_async16_s(sy + (unsigned)(k * nthr) * 16u, dyrow + k * tpr * VEC);
+                cp_async16_s_l2(sx + (unsigned)(k * nthr) * 16u, xrow + k * tpr * VEC, l2_last);
+                cp_async16_s_l2(sy + (unsigned)(k * nthr) * 16u, dyrow + k * tpr * VEC, l2_last);
             }
             if constexpr (RES) {
                 const unsigned sr = sy + (unsigned)(K * chy * nthr) * 16u;
                 const TX *rrow = (const TX *)p.dres_out + row * p.sdres_out + slice + lane * VEC;
                 #pragma unroll
                 for (int k = 0; k < K; k++)
-                    if (col_ok[k]) cp_async16_s(sr + (unsigned)(k * nthr) * 16u, rrow + k * tpr * VEC);
+                    if (col_ok[k]) cp_async16_s_l2(sr + (unsigned)(k * nthr) * 16u, rrow + k * tpr * VEC, l2_last);
             }
         }
         cp_async_commit();

@@ -104,6 +104,8 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_fwd_rows_in_
     const bool wcache = PLAIN || (sizeof(TX) == 2 && p.wcache);
     /* Whether column col of this CTA's slice lies in the row. */
     auto in_row = [&](int64_t col) { return (PLAIN && EXACT) || col < N; };
+    /* x (and the residual) staged with the L2 policy evict_last (step 57). */
+    const uint64_t l2_last = l2_evict_last_policy();
     auto issue = [&](int64_t g, int st) {
         const int64_t row = g * p.rows_per_block + sub;
         if (SHIFT && g < groups && row < p.rows) {
@@ -120,11 +122,11 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_fwd_rows_in_
             #pragma unroll
             for (int k = 0; k < K; k++) {
                 if (!in_row(slice + ((int64_t)k * tpr + lane) * VEC)) continue;
-                cp_async16_s(sx + (unsigned)(k * chx * nthr) * 16u, xrow + k * tpr * VEC);
+                cp_async16_s_l2(sx + (unsigned)(k * chx * nthr) * 16u, xrow + k * tpr * VEC, l2_last);
                 if (has_res) {
                     const char *g = rrow + (int64_t)k * tpr * VEC * rb;
                     for (int c = 0; c < chr; c++)
-                        cp_async16_s(sr + (unsigned)((k * chr + c) * nthr) * 16u, g + 16 * c);
+                        cp_async16_s_l2(sr + (unsigned)((k * chr + c) * nthr) * 16u, g + 16 * c, l2_last);
                 }
             }
         }
