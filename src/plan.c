@@ -71,6 +71,18 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < cap_here ? pb->max_cluster : cap_here) : 1;
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
+    /* Rows off a 16-byte boundary held (the held kernel's ODD form): U and
+     * the shape of an aligned row of their whole vectors. Measured: docs/perf.md
+     * step 59. */
+    if (!pb->is_bwd && pb->odd_held != FN_STREAM_NONE) {
+        const int v = 16 / pb->x_bytes;
+        const int64_t nv = pb->cols / v;
+        const int u = pb->odd_held == FN_STREAM_RESIDUAL || (nv + 7) / 8 <= 32 ? 4 : 8;
+        fn_plan held = best;
+        if (nv >= FN_PLAN_HELD_ODD_MIN_VECTORS && nv <= FN_PLAN_HELD_MAX_VECTORS &&
+            fn_plan_use_held(&held, nv * v, pb->x_bytes, u) && held.tpr >= 2 * (v - 1)) /* a lane per head and tail element */
+            return held;
+    }
     /* fn_plan_streams: a forward of the streaming kernel's call, not w32 */
     if (pb->vec_ok && pb->cc_major >= 9 && fn_plan_streams(pb) && pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_BYTES) {
         const int u = pb->stream == FN_STREAM_RESIDUAL ? 4 : 8;

@@ -44,6 +44,12 @@ typedef struct fn_plan_problem {
                            * (FN_PLAN_STREAM_FWD_*) as the two-pass path, which then streams */
     int w32;              /* forward, with stream set: the weight and bias are fp32 with 16-bit x, which
                            * the held kernel reads and the streaming kernel does not (never streamed) */
+    int odd_held;         /* forward, rows off a 16-byte boundary (vec_ok 0) that the held kernel's ODD
+                           * form can run (FN_STREAM_COMMON or FN_STREAM_RESIDUAL, as stream: one dtype,
+                           * every activation at the same offset within 16 bytes in each row, the weight
+                           * and bias aligned; the backend checks): held as FN_PATH_HELD with vec 16 /
+                           * x_bytes where FN_PATH_HELD would hold an aligned row of as many whole
+                           * vectors (FN_PLAN_HELD_MIN_VECTORS .. FN_PLAN_HELD_MAX_VECTORS) */
 } fn_plan_problem;
 
 typedef struct fn_plan {
@@ -134,6 +140,9 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  * 83.1 -> 90.1, 32768 50.9 -> 75.3; RMSNorm 1024 75.2 -> 76.1, 2048 82.6 ->
  * 84.4, 4096 83.5 -> 89.4, 8192 85.9 -> 91.7, 32768 68.9 -> 93.4). */
 #define FN_PLAN_HELD_W32_MIN_VECTORS 512
+/* Rows off a 16-byte boundary (odd_held) are held from this many whole
+ * vectors (docs/perf.md, step 59). */
+#define FN_PLAN_HELD_ODD_MIN_VECTORS 32
 
 /* Rows of more than 64 KiB that the planner would stream (fn_plan_streams,
  * not w32) are held instead over a cluster of CTAs on sm_90 (FN_PATH_HELD

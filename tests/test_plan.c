@@ -228,6 +228,45 @@ int main(void)
     ASSERT_EQ_INT(fn_plan_make(&w32).cluster, 4);
     fn_plan_problem short_row = {0, 256, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 0};
     ASSERT_EQ_INT(fn_plan_make(&short_row).path, FN_PATH_ROWS_IN_REGISTERS);
+    /* Rows off a 16-byte boundary (odd_held; vec_ok 0, the SHIFT kernels' 1
+     * where they could run): held with the shape of an aligned row of their
+     * whole vectors, from FN_PLAN_HELD_ODD_MIN_VECTORS vectors to 64 KiB
+     * where a row has a lane for each head and tail element (bf16 from 56
+     * whole vectors: 16 lanes), sm_80 as sm_90; else as before (two-pass,
+     * the SHIFT tile, the scalar tile). */
+    struct { int64_t cols; int x_bytes, call, vec_ok, u, tpr; } odd_rows[] = {
+        {4097, 2, C, 0, 8, 64}, {2047, 2, C, 1, 4, 64}, {1031, 2, C, 1, 4, 32}, {32767, 2, C, 0, 8, 512},
+        {4097, 4, C, 0, 8, 128}, {1025, 4, C, 0, 4, 64}, {4097, 2, R, 0, 4, 128}, {16383, 2, R, 0, 4, 512},
+        {8191, 4, R, 0, 4, 512}, {3001, 2, C, 1, 8, 64}, {16385, 2, R, 0, 4, 512}, {8193, 4, R, 0, 4, 512},
+        {1001, 2, C, 1, 4, 32},  {513, 2, C, 1, 4, 16},  {131, 4, C, 0, 4, 8},     {455, 2, R, 1, 4, 16},
+    };
+    for (size_t i = 0; i < sizeof odd_rows / sizeof odd_rows[0]; i++) {
+        for (int cc = 8; cc <= 9; cc++) {
+            fn_plan_problem pb = {0, odd_rows[i].cols, odd_rows[i].x_bytes, odd_rows[i].vec_ok, cc, 16, 0, odd_rows[i].vec_ok ? 256 : 0,
+                                  FN_STREAM_NONE, 0, odd_rows[i].call};
+            const fn_plan p = fn_plan_make(&pb);
+            snprintf(th_context, sizeof th_context, "odd held: cols %lld x_bytes %d call %d sm_%d0",
+                     (long long)odd_rows[i].cols, odd_rows[i].x_bytes, odd_rows[i].call, cc);
+            ASSERT_EQ_INT(p.path, FN_PATH_HELD);
+            ASSERT_EQ_INT(p.vec, 16 / odd_rows[i].x_bytes);
+            ASSERT_EQ_INT(p.ept, odd_rows[i].u * (16 / odd_rows[i].x_bytes));
+            ASSERT_EQ_INT(p.tpr, odd_rows[i].tpr);
+            ASSERT_TRUE(p.tpr * odd_rows[i].u >= odd_rows[i].cols / (16 / odd_rows[i].x_bytes)); /* every whole vector */
+            ASSERT_TRUE(p.tpr >= 2 * (16 / odd_rows[i].x_bytes - 1)); /* a lane for each head and tail element */
+            pb.odd_held = FN_STREAM_NONE;
+            ASSERT_TRUE(fn_plan_make(&pb).path != FN_PATH_HELD);
+        }
+    }
+    struct { int64_t cols; int x_bytes, call; } not_odd[] = {
+        {255, 2, C}, {263, 2, C}, {127, 4, C}, {32777, 2, C}, {16389, 4, C}, {16400, 2, R}, {8200, 4, R},
+    };
+    for (size_t i = 0; i < sizeof not_odd / sizeof not_odd[0]; i++) {
+        fn_plan_problem pb = {0, not_odd[i].cols, not_odd[i].x_bytes, 0, 9, 16, 0, 0, FN_STREAM_NONE, 0,
+                              not_odd[i].call};
+        snprintf(th_context, sizeof th_context, "odd, not held: cols %lld x_bytes %d call %d",
+                 (long long)not_odd[i].cols, not_odd[i].x_bytes, not_odd[i].call);
+        ASSERT_TRUE(fn_plan_make(&pb).path != FN_PATH_HELD);
+    }
     /* fn_plan_use_held refuses what 512 threads cannot hold, and odd U */
     fn_plan lab;
     ASSERT_EQ_INT(fn_plan_use_held(&lab, 16384, 2, 2), 0);

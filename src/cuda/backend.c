@@ -160,6 +160,16 @@ static int tensor_vec_ok(const fusednorm_tensor *t)
 
 static int vector_vec_ok(const void *p) { return !p || aligned16(p); }
 
+/* The held kernel's ODD rows (off a 16-byte boundary): an activation tensor
+ * absent, or of x's dtype with each row at the same offset within 16 bytes
+ * as x's (the same base offset, row pitches equal modulo 16 bytes). */
+static int same_phase(const fusednorm_tensor *t, const fusednorm_tensor *x)
+{
+    const uint64_t e = fn_dtype_size(x->dtype);
+    return !t->data || (t->dtype == x->dtype && ((uintptr_t)t->data & 15u) == ((uintptr_t)x->data & 15u) &&
+                        ((uint64_t)t->row_stride * e) % 16 == ((uint64_t)x->row_stride * e) % 16);
+}
+
 /* The SHIFT kernels' condition on an activation tensor: absent, or of the
  * 16-bit activation dtype at an element-aligned address (any row pitch). */
 static int tensor_shift_ok(const fusednorm_tensor *t, fusednorm_dtype act)
@@ -305,11 +315,12 @@ static void held_override(const fn_plan_problem *pb, fn_plan *pl)
         }
     }
     const char *v = getenv("FUSEDNORM_FWD_HELD");
-    if (!v || pb->is_bwd || pb->stream == FN_STREAM_NONE) return;
+    if (!v || pb->is_bwd || (pb->stream == FN_STREAM_NONE && pb->odd_held == FN_STREAM_NONE)) return;
     const int u = atoi(v);
     if (u == 0 && pl->path == FN_PATH_HELD) {
         fn_plan_problem off = *pb;
         off.stream = FN_STREAM_NONE; /* the planner's plan without the held path */
+        off.odd_held = FN_STREAM_NONE;
         *pl = fn_plan_make(&off);
     } else if (u > 0 && pb->cols / (16 / pb->x_bytes) >= 32 && !fn_plan_streams(pb) &&
                (pb->stream == FN_STREAM_COMMON || u <= 4)) { /* the residual call: U = 2 or 4 */
@@ -442,10 +453,18 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     /* LayerNorm's rows held over a cluster stop at 8 CTAs (FN_FWD_LN_MAX_CLUSTER):
      * past it they stream. */
     const int max_cluster = a->norm == FUSEDNORM_LAYERNORM ? FN_FWD_LN_MAX_CLUSTER : 16;
+    /* Rows off a 16-byte boundary of that call (one dtype) with every
+     * activation at x's offset within 16 bytes in each row, and the weight
+     * and bias aligned: the held kernel's ODD form (the planner's odd_held). */
+    const int odd_call = !vec_ok && ((uintptr_t)a->x.data & (uintptr_t)(x_bytes - 1)) == 0 &&
+                         same_phase(&a->y, &a->x) && same_phase(&a->residual, &a->x) &&
+                         same_phase(&a->residual_out, &a->x) && dt_w == (int)act && vector_vec_ok(a->weight.data) &&
+                         vector_vec_ok(a->bias.data) && a->cols <= ((int64_t)1 << 30);
     fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, max_cluster, 0, shift_ok ? 256 : 0,
-                          streamable, w32};
+                          streamable, w32, !odd_call ? FN_STREAM_NONE : has_res ? FN_STREAM_RESIDUAL : FN_STREAM_COMMON};
     fn_plan pl = plan_for(&pb, "FUSEDNORM_PLAN_FWD", &p.tpr, &p.rows_per_block, &p.cluster);
-    if (shift_ok) {
+    p.odd = pl.path == FN_PATH_HELD && !vec_ok;
+    if (shift_ok && !p.odd) {
         p.shift = pl.path == FN_PATH_ROWS_IN_REGISTERS && fn_fwd_shift_fits(&p, pl.ept);
         if (!p.shift) { /* does not fit: as without the SHIFT kernel */
             pb.vec_ok = 0;

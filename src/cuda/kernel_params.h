@@ -34,6 +34,8 @@ typedef struct fn_fwd_params {
     int stream;                       /* two-pass path: the streaming kernel (the backend checked
                                        * the call: see stream in fn_plan_problem), with the weight
                                        * and bias kept in L1 or not (FN_STREAM_WEIGHT_L1_*) */
+    int odd;                          /* held path: rows off a 16-byte boundary (every activation at the
+                                       * same offset within 16 bytes in each row; the backend checked) */
 } fn_fwd_params;
 
 enum { FN_STREAM_WEIGHT_L1_KEEP = 1, FN_STREAM_WEIGHT_L1_NONE = 2 };

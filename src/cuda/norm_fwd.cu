@@ -512,7 +512,54 @@ __device__ __forceinline__ void held_param(const uint4 *wv, int v, float (&w)[VE
     }
 }
 
-template <typename TX, int VEC, bool LN, bool RES, bool W32, int U, int MINB, bool CL = false>
+/* The 16 bytes that start sb bytes (0 < sb < 16, even) into the 32 of a
+ * and b: a barrel shift by 8, 4 and 2 bytes on the eight words, selects on a
+ * row-uniform sb. */
+__device__ __forceinline__ uint4 shift_bytes(uint4 a, uint4 b, int sb)
+{
+    unsigned w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    if (sb & 8) {
+        #pragma unroll
+        for (int i = 0; i < 6; i++) w[i] = w[i + 2];
+    }
+    if (sb & 4) {
+        #pragma unroll
+        for (int i = 0; i < 5; i++) w[i] = w[i + 1];
+    }
+    if (sb & 2)
+        return make_uint4(__byte_perm(w[0], w[1], 0x5432), __byte_perm(w[1], w[2], 0x5432),
+                          __byte_perm(w[2], w[3], 0x5432), __byte_perm(w[3], w[4], 0x5432));
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* ODD rows: elements k * VEC + sh .. + VEC - 1 (0 < sh < VEC) of a 16-byte
+ * aligned parameter vector of n elements, as one raw vector: aligned vectors
+ * k and k + 1, shifted. Vector k + 1 is read whole only where it lies within
+ * the n elements; else its first sh elements (all that is needed, and all
+ * within n) one by one. */
+template <typename TX, int VEC>
+__device__ __forceinline__ uint4 held_param_shifted(const TX *w, int k, int sh, int64_t n, uint64_t pol)
+{
+    const uint4 *wv = (const uint4 *)w;
+    const uint4 a = ld_global16_l2<FN_L1_KEEP>(wv + k, pol);
+    uint4 b;
+    if ((int64_t)(k + 2) * VEC <= n) {
+        b = ld_global16_l2<FN_L1_KEEP>(wv + k + 1, pol);
+    } else {
+        union {
+            uint4 v;
+            TX e[VEC];
+        } u;
+        u.v = make_uint4(0, 0, 0, 0);
+        #pragma unroll
+        for (int j = 0; j < VEC; j++)
+            if (j < sh) u.e[j] = w[(int64_t)(k + 1) * VEC + j];
+        b = u.v;
+    }
+    return shift_bytes(a, b, sh * (int)sizeof(TX));
+}
+
+template <typename TX, int VEC, bool LN, bool RES, bool W32, int U, int MINB, bool CL = false, bool ODD = false>
 __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p)
 {
     static_assert(VEC * sizeof(TX) == 16, "one 16-byte vector");
@@ -522,7 +569,15 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
      * its own columns: in place works).
      * CL: rows longer than one CTA holds, split over a cluster of p.cluster
      * CTAs (sm_90), one slice of tpr * U vectors each (rows_per_block 1);
-     * the row sums meet in distributed shared memory (row_allreduce). */
+     * the row sums meet in distributed shared memory (row_allreduce).
+     * ODD: rows off a 16-byte boundary (p.odd; x, y, the residual and
+     * residual_out of dtype TX at one offset within 16 bytes in each row,
+     * the weight and bias aligned): the row's body, from its first 16-byte
+     * boundary, in aligned vectors as above; its head (before it) and tail
+     * (after the last whole vector), at most 2 * (VEC - 1) elements, one
+     * element each on lanes 0.. (tpr >= 16); the weight and bias of a body
+     * vector from two aligned vectors, shifted (held_param_shifted). */
+    static_assert(!(ODD && (CL || W32)), "ODD rows: one CTA per row, weights of dtype TX");
     __shared__ RowReduceSmem sm;
     [[maybe_unused]] __shared__ MeanM2 cl_slot[2];
     int buf = 0;
@@ -536,16 +591,36 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
     for (int64_t g = blockIdx.x / C; g * rpb < p.rows; g += gridDim.x / C) {
         const int64_t row = g * rpb + sub;
         const bool row_ok = CL || row < p.rows; /* CL: one row per cluster, g < rows */
-        const uint4 *xv = (const uint4 *)((const TX *)p.x + row * p.sx);
-        [[maybe_unused]] const uint4 *rv = RES && p.res ? (const uint4 *)((const TX *)p.res + row * p.sres) : nullptr;
+        const TX *xrow = (const TX *)p.x + row * p.sx;
+        /* ODD: hd head elements, nb body vectors, ne head and tail elements */
+        int hd = 0, nb = nv, ne = 0;
+        if constexpr (ODD) {
+            hd = (int)(((16u - ((unsigned)(uintptr_t)xrow & 15u)) & 15u) / sizeof(TX));
+            nb = (int)((p.cols - hd) / VEC);
+            ne = (int)(p.cols - (int64_t)nb * VEC);
+        }
+        const uint4 *xv = (const uint4 *)(xrow + hd);
+        [[maybe_unused]] const uint4 *rv =
+            RES && p.res ? (const uint4 *)((const TX *)p.res + row * p.sres + hd) : nullptr;
         uint4 raw[U];
         [[maybe_unused]] uint4 rraw[RES ? U : 1];
         #pragma unroll
         for (int u = 0; u < U; u++) {
             const int v = first + lane + u * tpr;
-            raw[u] = row_ok && v < nv ? held_load<FN_L1_DROP, CL>(xv + v, l2_last) : make_uint4(0, 0, 0, 0);
+            raw[u] = row_ok && v < nb ? held_load<FN_L1_DROP, CL>(xv + v, l2_last) : make_uint4(0, 0, 0, 0);
             if constexpr (RES)
-                rraw[u] = rv && row_ok && v < nv ? held_load<FN_L1_DROP, CL>(rv + v, l2_last) : make_uint4(0, 0, 0, 0);
+                rraw[u] = rv && row_ok && v < nb ? held_load<FN_L1_DROP, CL>(rv + v, l2_last) : make_uint4(0, 0, 0, 0);
+        }
+        /* ODD: this lane's head or tail element (column ec), h in fp32 */
+        [[maybe_unused]] int64_t ec = 0;
+        [[maybe_unused]] float he = 0.0f;
+        const bool edge = ODD && row_ok && lane < ne;
+        if constexpr (ODD) {
+            ec = lane < hd ? lane : hd + (int64_t)nb * VEC + (lane - hd);
+            if (edge) {
+                he = to_f32(xrow[ec]);
+                if (RES && p.res) he += to_f32(((const TX *)p.res)[row * p.sres + ec]);
+            }
         }
         /* h of vector u in fp32 */
         auto held = [&](int u, float (&h)[VEC]) {
@@ -571,13 +646,14 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) s[0] += h[j];
             }
+            if constexpr (ODD) s[0] += he;
             row_allreduce<1>(s, sm, buf, tpr, sub, 1);
             mean = s[0] / n_here;
         }
         float q[1] = {0.0f};
         #pragma unroll
         for (int u = 0; u < U; u++) {
-            if (LN && first + lane + u * tpr >= nv) continue; /* zeros there, not -mean */
+            if (LN && first + lane + u * tpr >= nb) continue; /* zeros there, not -mean */
             float h[VEC];
             held(u, h);
             #pragma unroll
@@ -586,6 +662,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
                 q[0] += d * d;
             }
         }
+        if (ODD && lane < ne) q[0] += (he - mean) * (he - mean);
         row_allreduce<1>(q, sm, buf, tpr, sub, LN ? 1 : C);
         if constexpr (LN && CL) {
             const MeanM2 m = cluster_merge({n_here, mean, q[0]}, cl_slot, cl_buf, C);
@@ -601,30 +678,41 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
             if (p.rstd) p.rstd[row] = rstd;
             if (p.mean) p.mean[row] = mean;
         }
-        uint4 *yv = (uint4 *)((TX *)p.y + row * p.sy);
+        TX *yrow = (TX *)p.y + row * p.sy;
+        uint4 *yv = (uint4 *)(yrow + hd);
         #pragma unroll
         for (int u = 0; u < U; u++) {
             const int v = first + lane + u * tpr;
-            if (v >= nv) continue;
+            if (v >= nb) continue;
             float h[VEC], y[VEC];
             held(u, h);
             if constexpr (RES)
-                if (p.res_out) store_vec<TX, VEC>((TX *)p.res_out + row * p.sres_out + (int64_t)v * VEC, 0, h);
+                if (p.res_out) store_vec<TX, VEC>((TX *)p.res_out + row * p.sres_out + hd + (int64_t)v * VEC, 0, h);
             #pragma unroll
             for (int j = 0; j < VEC; j++) y[j] = (h[j] - mean) * rstd;
             if (wv) {
                 float w[VEC];
-                held_param<TX, VEC, W32, CL>(wv, v, w, l2_last);
+                if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC>((const TX *)p.w, v, hd, p.cols, l2_last), w);
+                else held_param<TX, VEC, W32, CL>(wv, v, w, l2_last);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) y[j] *= w[j] + p.w_off;
             }
             if (bv) {
                 float b[VEC];
-                held_param<TX, VEC, W32, CL>(bv, v, b, l2_last);
+                if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC>((const TX *)p.b, v, hd, p.cols, l2_last), b);
+                else held_param<TX, VEC, W32, CL>(bv, v, b, l2_last);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) y[j] += b[j];
             }
             store_vec<TX, VEC>((TX *)(yv + v), 0, y);
+        }
+        if (edge) {
+            if constexpr (RES)
+                if (p.res_out) ((TX *)p.res_out)[row * p.sres_out + ec] = from_f32<TX>(he);
+            float ye = (he - mean) * rstd;
+            if (wv) ye *= to_f32(((const TX *)p.w)[ec]) + p.w_off;
+            if (bv) ye += to_f32(((const TX *)p.b)[ec]);
+            yrow[ec] = from_f32<TX>(ye);
         }
         if constexpr (CL) cluster_wait(); /* every CTA read our row sums: we may exit, or reuse them */
     }
@@ -832,6 +920,21 @@ static cudaError_t held_launch(const fn_fwd_params &p, int u, int grid, int thre
             if (u == (RES ? 4 : 8))
                 return launch_or_query(norm_fwd_held<TX, VEC, LN, RES, W32, RES ? 4 : 8, 2, true>, p, grid, threads,
                                        0, p.cluster, s, nullptr, true);
+        }
+        return cudaErrorInvalidValue;
+    }
+    if (p.odd) { /* rows off a 16-byte boundary: U = 4 or 8, weights of dtype TX, a lane per edge element */
+        if (p.tpr < 2 * (VEC - 1)) return cudaErrorInvalidValue;
+        if constexpr (!W32) {
+            if (u == 4) {
+                norm_fwd_held<TX, VEC, LN, RES, W32, 4, 2, false, true><<<grid, threads, 0, s>>>(p);
+                return cudaGetLastError();
+            }
+            if constexpr (!RES)
+                if (u == 8) {
+                    norm_fwd_held<TX, VEC, LN, RES, W32, 8, 2, false, true><<<grid, threads, 0, s>>>(p);
+                    return cudaGetLastError();
+                }
         }
         return cudaErrorInvalidValue;
     }
