@@ -21,7 +21,8 @@ typedef enum fn_path {
                                     * fit shared memory: row statistics first (two-pass kernel), then CTAs
                                     * that own a column range over a group of rows */
     FN_PATH_HELD = 3               /* forward only, the streaming kernel's calls (see stream below) on rows
-                                    * of FN_PLAN_HELD_MIN_VECTORS vectors up to the streamed ones: each row
+                                    * of FN_PLAN_HELD_MIN_VECTORS vectors up to the streamed ones (and their
+                                    * rows off a 16-byte boundary: odd_held below): each row
                                     * held whole in registers, ept / vec raw vectors per thread (of x, and
                                     * of the residual), one CTA per group of rows_per_block rows (no
                                     * persistent grid, no staging) */
@@ -141,7 +142,14 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  * 84.4, 4096 83.5 -> 89.4, 8192 85.9 -> 91.7, 32768 68.9 -> 93.4). */
 #define FN_PLAN_HELD_W32_MIN_VECTORS 512
 /* Rows off a 16-byte boundary (odd_held) are held from this many whole
- * vectors (docs/perf.md, step 59). */
+ * vectors where a row's threads number at least 2 * (VEC - 1), one for each
+ * head and tail element (bf16 from 33 whole vectors, fp32 from 32): the
+ * SHIFT tile and two-pass kernels they took ran at 17-56% of copy there.
+ * Measured (H200, M = 32768, % of copy, before -> held; docs/perf.md,
+ * step 59): RMSNorm bf16 513 16.6 -> 62.4, 1001 39.6 -> 76.0, 2047 55.8 ->
+ * 84.6, 4097 45.9 -> 84.1, 8191 54.5 -> 87.2, 16383 52.7 -> 88.9; fp32 4097
+ * 70.0 -> 92.9; LayerNorm bf16 4097 34.3 -> 70.7; RMSNorm + residual bf16
+ * 4097 54.2 -> 92.6. */
 #define FN_PLAN_HELD_ODD_MIN_VECTORS 32
 
 /* Rows of more than 64 KiB that the planner would stream (fn_plan_streams,

@@ -19,7 +19,10 @@
  *    bias and any residual stream of one dtype, 16-byte vectors) of 128
  *    vectors and more, held whole in registers by small CTAs, many resident
  *    per SM; past 64 KiB (sm_90) by a cluster of CTAs, a slice each, the
- *    row sums exchanged in distributed shared memory.
+ *    row sums exchanged in distributed shared memory. Its ODD form takes the
+ *    same calls on rows off a 16-byte boundary (odd N, odd pitches, offset
+ *    pointers; every activation at one offset within 16 bytes per row): the
+ *    body in aligned vectors, the few head and tail elements one per lane.
  *  - norm_fwd_stream: long rows of the common call (x, y, weight, bias and
  *    the residual stream of one dtype, 16-byte vectors) that no cluster
  *    holds, or off sm_90: one CTA per row, the row read
