@@ -77,7 +77,11 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     if (!pb->is_bwd && pb->odd_held != FN_STREAM_NONE) {
         const int v = 16 / pb->x_bytes;
         const int64_t nv = pb->cols / v;
-        const int u = pb->odd_held == FN_STREAM_RESIDUAL || (nv + 7) / 8 <= 32 ? 4 : 8;
+        /* U = 4 also where it makes rows of a power of two of threads up to
+         * 256 (step 60: bf16 RMSNorm 4097 84.2 -> 90.5, 8191 87.4 -> 94.0;
+         * CTAs of 96 or 384 threads lost 5-12%) */
+        const int64_t t4 = (nv + 3) / 4 <= 32 ? 32 : ((nv + 3) / 4 + 31) / 32 * 32;
+        const int u = pb->odd_held == FN_STREAM_RESIDUAL || (nv + 7) / 8 <= 32 || (t4 <= 256 && !(t4 & (t4 - 1))) ? 4 : 8;
         fn_plan held = best;
         if (nv >= FN_PLAN_HELD_ODD_MIN_VECTORS && nv <= FN_PLAN_HELD_MAX_VECTORS &&
             fn_plan_use_held(&held, nv * v, pb->x_bytes, u) && held.tpr >= 2 * (v - 1)) /* a lane per head and tail element */

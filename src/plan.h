@@ -149,7 +149,8 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  * step 59): RMSNorm bf16 513 16.6 -> 62.4, 1001 39.6 -> 76.0, 2047 55.8 ->
  * 84.6, 4097 45.9 -> 84.1, 8191 54.5 -> 87.2, 16383 52.7 -> 88.9; fp32 4097
  * 70.0 -> 92.9; LayerNorm bf16 4097 34.3 -> 70.7; RMSNorm + residual bf16
- * 4097 54.2 -> 92.6. */
+ * 4097 54.2 -> 92.6. U as for an aligned row, and 4 where that makes rows
+ * of 128 or 256 threads (step 60: bf16 4097 84.2 -> 90.5, 8191 87.4 -> 94.0). */
 #define FN_PLAN_HELD_ODD_MIN_VECTORS 32
 
 /* Rows of more than 64 KiB that the planner would stream (fn_plan_streams,

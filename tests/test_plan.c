@@ -46,7 +46,7 @@ static int expect_cluster(int64_t nv, int u, int *cta)
 
 static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc, int wide, int stream)
 {
-    fn_plan_problem pb = {is_bwd, cols, x_bytes, vec_ok, cc, 16, wide, 0, stream, 0};
+    fn_plan_problem pb = {is_bwd, cols, x_bytes, vec_ok, cc, 16, wide, 0, stream, 0, 0};
     fn_plan p = fn_plan_make(&pb);
     snprintf(th_context, sizeof th_context, "plan %s cols %lld x_bytes %d vec_ok %d sm_%d0 wide %d",
              is_bwd ? "bwd" : "fwd", (long long)cols, x_bytes, vec_ok, cc, wide);
@@ -158,7 +158,7 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof streamed / sizeof streamed[0]; i++) {
         for (int cc = streamed[i].stream == FN_STREAM_NONE ? 9 : 8; cc <= 9; cc++) {
-            fn_plan_problem pb = {0, streamed[i].cols, streamed[i].x_bytes, 1, cc, 16, 0, 0, streamed[i].stream, 0};
+            fn_plan_problem pb = {0, streamed[i].cols, streamed[i].x_bytes, 1, cc, 16, 0, 0, streamed[i].stream, 0, 0};
             snprintf(th_context, sizeof th_context, "streams: cols %lld x_bytes %d stream %d sm_%d0",
                      (long long)streamed[i].cols, streamed[i].x_bytes, streamed[i].stream, cc);
             ASSERT_EQ_INT(fn_plan_streams(&pb), streamed[i].streams);
@@ -188,7 +188,7 @@ int main(void)
         {16376, 2, R, 4, 512, 1}, {4096, 4, R, 4, 256, 1},   {8188, 4, R, 4, 512, 1},
     };
     for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) {
-        fn_plan_problem pb = {0, held[i].cols, held[i].x_bytes, 1, 9, 16, 0, 0, held[i].stream, 0};
+        fn_plan_problem pb = {0, held[i].cols, held[i].x_bytes, 1, 9, 16, 0, 0, held[i].stream, 0, 0};
         const fn_plan p = fn_plan_make(&pb);
         snprintf(th_context, sizeof th_context, "held: cols %lld x_bytes %d stream %d", (long long)held[i].cols,
                  held[i].x_bytes, held[i].stream);
@@ -205,7 +205,7 @@ int main(void)
     /* fp32 weights with 16-bit x (w32): held as the common call from 512
      * vectors, with the residual from 128; never streamed (past 64 KiB:
      * the clusters) */
-    fn_plan_problem w32 = {0, 4096, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 1};
+    fn_plan_problem w32 = {0, 4096, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 1, 0};
     ASSERT_EQ_INT(fn_plan_make(&w32).path, FN_PATH_HELD);
     ASSERT_EQ_INT(fn_plan_make(&w32).ept, 64);
     w32.cols = 4088;
@@ -226,7 +226,7 @@ int main(void)
     ASSERT_EQ_INT(fn_plan_streams(&w32), 0);
     ASSERT_EQ_INT(fn_plan_make(&w32).path, FN_PATH_ROWS_IN_REGISTERS);
     ASSERT_EQ_INT(fn_plan_make(&w32).cluster, 4);
-    fn_plan_problem short_row = {0, 256, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 0};
+    fn_plan_problem short_row = {0, 256, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&short_row).path, FN_PATH_ROWS_IN_REGISTERS);
     /* Rows off a 16-byte boundary (odd_held; vec_ok 0, the SHIFT kernels' 1
      * where they could run): held with the shape of an aligned row of their
@@ -235,8 +235,9 @@ int main(void)
      * whole vectors: 16 lanes), sm_80 as sm_90; else as before (two-pass,
      * the SHIFT tile, the scalar tile). */
     struct { int64_t cols; int x_bytes, call, vec_ok, u, tpr; } odd_rows[] = {
-        {4097, 2, C, 0, 8, 64}, {2047, 2, C, 1, 4, 64}, {1031, 2, C, 1, 4, 32}, {32767, 2, C, 0, 8, 512},
-        {4097, 4, C, 0, 8, 128}, {1025, 4, C, 0, 4, 64}, {4097, 2, R, 0, 4, 128}, {16383, 2, R, 0, 4, 512},
+        {4097, 2, C, 0, 4, 128}, {2047, 2, C, 1, 4, 64}, {1031, 2, C, 1, 4, 32}, {32767, 2, C, 0, 8, 512},
+        {4097, 4, C, 0, 4, 256}, {1025, 4, C, 0, 4, 64}, {4097, 2, R, 0, 4, 128}, {16383, 2, R, 0, 4, 512},
+        {8191, 2, C, 0, 4, 256}, {12289, 2, C, 0, 8, 192}, {3001, 4, C, 0, 8, 96},  {8191, 4, C, 0, 8, 256},
         {8191, 4, R, 0, 4, 512}, {3001, 2, C, 1, 8, 64}, {16385, 2, R, 0, 4, 512}, {8193, 4, R, 0, 4, 512},
         {1001, 2, C, 1, 4, 32},  {513, 2, C, 1, 4, 16},  {131, 4, C, 0, 4, 8},     {455, 2, R, 1, 4, 16},
     };
@@ -284,7 +285,7 @@ int main(void)
         {1, 131072, 32, 512, 8}, {1, 262144, 32, 512, 16},
     };
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
-        fn_plan_problem pb = {pinned[i].is_bwd, pinned[i].cols, 2, 1, 9, 16, 1, 0, 0, 0};
+        fn_plan_problem pb = {pinned[i].is_bwd, pinned[i].cols, 2, 1, 9, 16, 1, 0, 0, 0, 0};
         fn_plan p = fn_plan_make(&pb);
         snprintf(th_context, sizeof th_context, "pinned %s cols %lld", pinned[i].is_bwd ? "bwd" : "fwd",
                  (long long)pinned[i].cols);
@@ -297,12 +298,12 @@ int main(void)
      * of 16), with 512 threads, and so does the backward past a cluster of 8
      * of the 16-element tile, or of 16 of the wide one (the backend makes it a
      * column split); a short row without vectors gets a small CTA. */
-    fn_plan_problem fwd_huge = {0, 262144, 2, 1, 9, 16, 0, 0, 0, 0};
+    fn_plan_problem fwd_huge = {0, 262144, 2, 1, 9, 16, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).threads, 512);
     /* The streaming forward's calls off sm_90 (no clusters): two-pass with
      * 512 threads for rows past 64 KiB (bf16 65536, fp32 32768 and more). */
-    fn_plan_problem fwd_stream = {0, 65536, 2, 1, 8, 16, 0, 0, FN_STREAM_COMMON, 0};
+    fn_plan_problem fwd_stream = {0, 65536, 2, 1, 8, 16, 0, 0, FN_STREAM_COMMON, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).threads, 512);
     fwd_stream.cols = 131072;
@@ -322,7 +323,7 @@ int main(void)
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).cluster, 2);
     /* LayerNorm's forward (the backend's max_cluster FN_FWD_LN_MAX_CLUSTER):
      * held over clusters of up to 8 CTAs, streamed past them */
-    fn_plan_problem ln_fwd = {0, 262144, 2, 1, 9, FN_FWD_LN_MAX_CLUSTER, 0, 0, FN_STREAM_COMMON, 0};
+    fn_plan_problem ln_fwd = {0, 262144, 2, 1, 9, FN_FWD_LN_MAX_CLUSTER, 0, 0, FN_STREAM_COMMON, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).path, FN_PATH_HELD);
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).cluster, 8);
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).threads, 512);
@@ -331,16 +332,16 @@ int main(void)
     ln_fwd.cols = 131072;
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).cluster, 8);
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).threads, 256);
-    fn_plan_problem bwd_large = {1, 131072, 2, 1, 9, 16, 0, 0, 0, 0};
+    fn_plan_problem bwd_large = {1, 131072, 2, 1, 9, 16, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&bwd_large).path, FN_PATH_TWO_PASS);
-    fn_plan_problem bwd_huge = {1, 262145, 2, 1, 9, 16, 1, 0, 0, 0};
+    fn_plan_problem bwd_huge = {1, 262145, 2, 1, 9, 16, 1, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&bwd_huge).path, FN_PATH_TWO_PASS);
-    fn_plan_problem odd = {1, 4097, 2, 0, 9, 16, 1, 0, 0, 0};
+    fn_plan_problem odd = {1, 4097, 2, 0, 9, 16, 1, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&odd).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&odd).threads, 160);
     /* The backend's fallbacks turn a register plan into the planner's own
      * two-pass plan, keeping its vector width. */
-    fn_plan_problem reg = {1, 4096, 2, 1, 9, 16, 1, 0, 0, 0};
+    fn_plan_problem reg = {1, 4096, 2, 1, 9, 16, 1, 0, 0, 0, 0};
     fn_plan fb = fn_plan_make(&reg);
     ASSERT_EQ_INT(fb.path, FN_PATH_ROWS_IN_REGISTERS);
     fn_plan_use_two_pass(&fb, 4096, 2);
@@ -366,7 +367,7 @@ int main(void)
                 ASSERT_TRUE((cs.groups - 1) * cs.per_group < cs_rows[i]);
             }
     /* Without the wide tile, 16384 takes a cluster of 2. */
-    fn_plan_problem narrow = {1, 16384, 2, 1, 9, 16, 0, 0, 0, 0};
+    fn_plan_problem narrow = {1, 16384, 2, 1, 9, 16, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&narrow).ept, 16);
     ASSERT_EQ_INT(fn_plan_make(&narrow).cluster, 2);
     /* The SHIFT kernels' plans (max_tpr 256): CTAs of at most 256 threads
@@ -374,18 +375,18 @@ int main(void)
     for (int is_bwd = 0; is_bwd < 2; is_bwd++) {
         const int64_t shift_cols[] = {7, 1001, 2047, 4097};
         for (size_t i = 0; i < sizeof shift_cols / sizeof shift_cols[0]; i++) {
-            fn_plan_problem sp = {is_bwd, shift_cols[i], 2, 1, 9, 16, 0, 256, 0, 0};
+            fn_plan_problem sp = {is_bwd, shift_cols[i], 2, 1, 9, 16, 0, 256, 0, 0, 0};
             const fn_plan pl = fn_plan_make(&sp);
             ASSERT_EQ_INT(pl.path, FN_PATH_ROWS_IN_REGISTERS);
             ASSERT_TRUE(pl.tpr <= 256 && pl.threads <= 256);
             ASSERT_TRUE((int64_t)pl.cluster * pl.tpr * pl.ept >= shift_cols[i]);
         }
     }
-    fn_plan_problem shift_4097 = {0, 4097, 2, 1, 9, 16, 0, 256, 0, 0};
+    fn_plan_problem shift_4097 = {0, 4097, 2, 1, 9, 16, 0, 256, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&shift_4097).ept, 32);
     ASSERT_EQ_INT(fn_plan_make(&shift_4097).tpr, 160);
     /* Without clusters (sm_80) the register path ends at one CTA's coverage. */
-    fn_plan_problem big = {1, 8193, 2, 1, 8, 1, 0, 0, 0, 0};
+    fn_plan_problem big = {1, 8193, 2, 1, 8, 1, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&big).path, FN_PATH_TWO_PASS);
     return th_finish();
 }
