@@ -26,7 +26,7 @@
  * against the reference, and the two against each other. */
 static void test_gpu_vs_cpu(void)
 {
-    static const int64_t shapes[][2] = {{37, 1000}, {199, 4097}, {4, 65537}, {1024, 128}};
+    static const int64_t shapes[][2] = {{37, 1000}, {199, 4097}, {4, 65537}, {1024, 128}, {3, 65544}, {3, 32776}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int n = 0; n < 2; n++) {
             th_case c = th_case_default((fusednorm_norm)n, shapes[i][0], shapes[i][1],

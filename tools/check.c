@@ -450,7 +450,7 @@ void check_help(FILE *out)
             "  --backend cpu|cuda  backend to check (default: cuda when a device is usable)\n"
             "  --rows M            rows per case (default: cpu 37, cuda 128)\n"
             "  --cols N,...        columns, comma separated (default: cpu 1,7,256,4097;\n"
-            "                      cuda 1,7,256,1000,4097,16384,32768,65536,65537)\n"
+            "                      cuda 1,7,256,1000,4097,16384,32768,32776,65536,65537,65544)\n"
             "  --quiet             print only failures and the summary\n"
             "  -h, --help          this help\n"
             "\n"
@@ -498,9 +498,10 @@ int check_run(const check_options *opts)
     if (!o.rows) o.rows = o.backend == FUSEDNORM_CUDA ? 128 : 37;
     if (!o.ncols) {
         static const int64_t cpu_cols[] = {1, 7, 256, 4097},
-                             cuda_cols[] = {1, 7, 256, 1000, 4097, 16384, 32768, 65536, 65537};
+                             cuda_cols[] = {1, 7, 256, 1000, 4097, 16384, 32768, 32776, 65536, 65537, 65544};
         const int64_t *d = o.backend == FUSEDNORM_CUDA ? cuda_cols : cpu_cols;
-        o.ncols = o.backend == FUSEDNORM_CUDA ? 7 : 4;
+        o.ncols = o.backend == FUSEDNORM_CUDA ? (int)(sizeof cuda_cols / sizeof cuda_cols[0])
+                                              : (int)(sizeof cpu_cols / sizeof cpu_cols[0]);
         memcpy(o.cols, d, sizeof(int64_t) * (size_t)o.ncols);
     }
     if (!o.quiet)

@@ -607,7 +607,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
                          tensor_shift_ok(&a->dresidual, act) && vector_vec_ok(a->weight.data);
     /* SHIFT: no 32-element tile (fn_bwd_shift_fits), CTAs of at most 256 threads (plan.h). */
     fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16,
-                          shift_ok ? 0 : fn_bwd_wide_fits(p), shift_ok ? 256 : 0, 0, 0};
+                          shift_ok ? 0 : fn_bwd_wide_fits(p), shift_ok ? 256 : 0, 0, 0, 0};
     fn_plan *pl = &st->plan;
     *pl = plan_for(&pb, "FUSEDNORM_PLAN_BWD", &p->tpr, &p->rows_per_block, &p->cluster);
     if (shift_ok) {

@@ -638,7 +638,11 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
         /* LayerNorm over a cluster: each CTA's exact two-pass statistics of
          * its slice (its own barriers), merged over the cluster in one
          * exchange (cluster_merge) instead of a cluster barrier per pass. */
-        const float n_here = LN && CL ? (float)(min(nv - first, tpr * U) * VEC) : n;
+        /* the slice's element count; 0 for a CTA past the row's end (the
+         * last of a cluster whose slices, tpr rounded up to whole warps,
+         * overshoot the row: bf16 65544 in 8 CTAs of 160 threads holds 10240
+         * vectors, the eighth CTA none of the 8193) */
+        const float n_here = LN && CL ? (float)(max(0, min(nv - first, tpr * U)) * VEC) : n;
         float mean = 0.0f;
         if constexpr (LN) {
             float s[1] = {0.0f};
