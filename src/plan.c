@@ -82,10 +82,9 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
          * CTAs of 96 or 384 threads lost 5-12%) */
         const int64_t t4 = (nv + 3) / 4 <= 32 ? 32 : ((nv + 3) / 4 + 31) / 32 * 32;
         const int u = pb->odd_held == FN_STREAM_RESIDUAL || (nv + 7) / 8 <= 32 || (t4 <= 256 && !(t4 & (t4 - 1))) ? 4 : 8;
-        fn_plan held = best;
         if (nv >= FN_PLAN_HELD_ODD_MIN_VECTORS && nv <= FN_PLAN_HELD_MAX_VECTORS &&
-            fn_plan_use_held(&held, nv * v, pb->x_bytes, u) && held.tpr >= 2 * (v - 1)) /* a lane per head and tail element */
-            return held;
+            fn_plan_use_held_odd(&best, pb->cols, pb->x_bytes, u))
+            return best;
     }
     /* fn_plan_streams: a forward of the streaming kernel's call, not w32 */
     if (pb->vec_ok && pb->cc_major >= 9 && fn_plan_streams(pb) && pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_BYTES) {
@@ -184,6 +183,15 @@ int fn_plan_use_held(fn_plan *pl, int64_t cols, int x_bytes, int u)
     pl->rows_per_block = tpr >= 256 ? 1 : 256 / (int)tpr;
     pl->threads = pl->rows_per_block * pl->tpr;
     pl->cluster = 1;
+    return 1;
+}
+
+int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u)
+{
+    const int vec = 16 / x_bytes;
+    fn_plan held = *pl;
+    if (!fn_plan_use_held(&held, cols / vec * vec, x_bytes, u) || held.tpr < 2 * (vec - 1)) return 0;
+    *pl = held;
     return 1;
 }
 

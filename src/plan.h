@@ -49,8 +49,8 @@ typedef struct fn_plan_problem {
                            * form can run (FN_STREAM_COMMON or FN_STREAM_RESIDUAL, as stream: one dtype,
                            * every activation at the same offset within 16 bytes in each row, the weight
                            * and bias aligned; the backend checks): held as FN_PATH_HELD with vec 16 /
-                           * x_bytes where FN_PATH_HELD would hold an aligned row of as many whole
-                           * vectors (FN_PLAN_HELD_MIN_VECTORS .. FN_PLAN_HELD_MAX_VECTORS) */
+                           * x_bytes (fn_plan_use_held_odd) from FN_PLAN_HELD_ODD_MIN_VECTORS whole
+                           * vectors to FN_PLAN_HELD_MAX_VECTORS */
 } fn_plan_problem;
 
 typedef struct fn_plan {
@@ -234,6 +234,12 @@ fn_column_split fn_plan_column_split(int64_t rows, int64_t cols, int x_bytes, in
  * or 8; the planner's U, or the lab knob's): 0 when the row does not fit 512
  * threads (cols % vec != 0 included). */
 int fn_plan_use_held(fn_plan *pl, int64_t cols, int x_bytes, int u);
+
+/* The held plan for a row off a 16-byte boundary (the held kernel's ODD
+ * form): that of an aligned row of its whole vectors, where the row's
+ * threads number at least 2 * (vec - 1), a lane for each head and tail
+ * element; 0 otherwise. The planner's odd_held rows and the lab knob. */
+int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u);
 
 /* Always succeeds: falls back to FN_PATH_TWO_PASS when no register plan fits. */
 fn_plan fn_plan_make(const fn_plan_problem *pb);

@@ -275,6 +275,15 @@ int main(void)
     ASSERT_EQ_INT(fn_plan_use_held(&lab, 4100, 2, 4), 0);
     ASSERT_EQ_INT(fn_plan_use_held(&lab, 16384, 2, 4), 1);
     ASSERT_EQ_INT(lab.tpr, 512);
+    /* fn_plan_use_held_odd: an aligned row of the whole vectors, with a lane
+     * per head and tail element (bf16: 14, so not 8 threads a row) */
+    ASSERT_EQ_INT(fn_plan_use_held_odd(&lab, 263, 2, 4), 0);
+    ASSERT_EQ_INT(lab.tpr, 512); /* left as it was */
+    ASSERT_EQ_INT(fn_plan_use_held_odd(&lab, 4097, 2, 4), 1);
+    ASSERT_EQ_INT(lab.tpr, 128);
+    ASSERT_EQ_INT(lab.ept, 32);
+    ASSERT_EQ_INT(fn_plan_use_held_odd(&lab, 131, 4, 4), 1); /* fp32: 6 edge elements, 8 threads */
+    ASSERT_EQ_INT(lab.tpr, 8);
 
     /* The shapes of docs/perf.md (bf16, 16-byte vectors, sm_90; the
      * backward's wide tile launchable, as on the H200). */

@@ -296,8 +296,8 @@ static void plan_override(const char *var, int is_bwd, int64_t cols, int x_bytes
  * residual stream of one dtype) with U = 2 or 4 on rows short of
  * streaming; rows off a 16-byte boundary (odd_held) with U = 4 or 8 (4 with
  * the residual); 0 keeps every call off it (the register tiles, the SHIFT
- * tile or two-pass where it would be held). FUSEDNORM_PLAN_FWD, applied after it, still wins. Read on
- * every call. Not for production. */
+ * tile or two-pass where it would be held). FUSEDNORM_PLAN_FWD, applied
+ * after it, still wins. Read on every call. Not for production. */
 static void held_override(const fn_plan_problem *pb, fn_plan *pl)
 {
     /* FUSEDNORM_FWD_HELD_CTA=T: the clustered held plan with CTAs of at most
@@ -324,11 +324,8 @@ static void held_override(const fn_plan_problem *pb, fn_plan *pl)
         off.odd_held = FN_STREAM_NONE;
         *pl = fn_plan_make(&off);
     } else if (u > 0 && pb->odd_held != FN_STREAM_NONE) { /* rows off 16 bytes: U = 4 or 8 (4 with the residual) */
-        const int vec = 16 / pb->x_bytes;
-        fn_plan held = *pl;
-        if ((u == 4 || (u == 8 && pb->odd_held == FN_STREAM_COMMON)) && pb->cols / vec >= 32 &&
-            fn_plan_use_held(&held, pb->cols / vec * vec, pb->x_bytes, u) && held.tpr >= 2 * (vec - 1))
-            *pl = held;
+        if ((u == 4 || (u == 8 && pb->odd_held == FN_STREAM_COMMON)) && pb->cols / (16 / pb->x_bytes) >= 32)
+            fn_plan_use_held_odd(pl, pb->cols, pb->x_bytes, u);
     } else if (u > 0 && pb->cols / (16 / pb->x_bytes) >= 32 && !fn_plan_streams(pb) &&
                (pb->stream == FN_STREAM_COMMON || u <= 4)) { /* the residual call: U = 2 or 4 */
         fn_plan held = *pl;
