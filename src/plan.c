@@ -195,6 +195,20 @@ int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u)
     return 1;
 }
 
+int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major)
+{
+    const int vec = 16 / x_bytes;
+    const fn_plan_problem pb = {1, cols / vec * vec, x_bytes, 1, cc_major, 1, 0, 0, 0, 0, 0};
+    fn_plan o = fn_plan_make(&pb);
+    if (o.path != FN_PATH_ROWS_IN_REGISTERS || o.cluster != 1 || o.tpr < FN_PLAN_BWD_ODD_MIN_TPR ||
+        o.tpr < 2 * (vec - 1))
+        return 0;
+    o.rows_per_block = 1;
+    o.threads = o.tpr;
+    *pl = o;
+    return 1;
+}
+
 int fn_plan_use_held_cluster(fn_plan *pl, int64_t cols, int x_bytes, int u, int cta_threads, int max_cluster)
 {
     const int vec = 16 / x_bytes;

@@ -241,6 +241,17 @@ int fn_plan_use_held(fn_plan *pl, int64_t cols, int x_bytes, int u);
  * element; 0 otherwise. The planner's odd_held rows and the lab knob. */
 int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u);
 
+/* The backward of rows off a 16-byte boundary (odd N, odd pitches, offset
+ * pointers; the backend checks that every activation sits at x's offset
+ * within 16 bytes in each row): the register tile's ODD form, planned as an
+ * aligned row of the whole vectors (cols / vec) without clusters or the
+ * 32-element tile, one row per CTA (threads = tpr) of at least
+ * FN_PLAN_BWD_ODD_MIN_TPR threads. 0 (pl untouched) where that plan is not
+ * the rows path or its rows take fewer threads; the SHIFT tile or two-pass
+ * then. */
+#define FN_PLAN_BWD_ODD_MIN_TPR 32
+int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major);
+
 /* Always succeeds: falls back to FN_PATH_TWO_PASS when no register plan fits. */
 fn_plan fn_plan_make(const fn_plan_problem *pb);
 

@@ -267,19 +267,20 @@ void th_suite_training(fusednorm_backend be)
 
 /* Rows that start off a 16-byte boundary while the weight stays aligned:
  * odd N (each row at another byte offset), odd row pitches (pad) and
- * activations at an odd element offset (misalign 2). On CUDA, 16-bit rows of
- * one activation dtype up to FN_PLAN_SHIFT_MAX_COLS (2048; the backward
- * FN_PLAN_SHIFT_MAX_COLS_BWD, 8192) run the SHIFT kernels there (realigned
- * in shared memory; 2305, 3001, 3333: the PLAIN SHIFT variants at tpr 160,
- * 192, 224 with 16 elements per thread), longer ones two-pass; the
- * awkward shapes above reach them only now and then. (Past 2048 they ran,
- * and passed, SHIFT kernels in clusters too, before the limit.) */
+ * activations at an odd element offset (misalign 2). On CUDA the forward
+ * holds them (the held kernel's ODD form, from 32 whole vectors); the
+ * backward runs the register tile's ODD form where every activation shares
+ * x's offset within 16 bytes in each row (most cases here; x of another
+ * dtype than dx, e.g. an fp32 residual stream, does not), else 16-bit rows
+ * up to FN_PLAN_SHIFT_MAX_COLS_BWD (8192) the SHIFT tile (realigned in
+ * shared memory) and longer ones two-pass; the awkward shapes above reach
+ * them only now and then. */
 void th_suite_shifted(fusednorm_backend be)
 {
     static const int64_t cols[] = {1, 7, 9, 127, 1001, 2047, 2305, 3001, 3333, 4097, 8191, 12289, 65537};
-    static const fusednorm_dtype dts[2] = {FUSEDNORM_BF16, FUSEDNORM_F16};
+    static const fusednorm_dtype dts[3] = {FUSEDNORM_BF16, FUSEDNORM_F16, FUSEDNORM_F32};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
-        for (int d = 0; d < 2; d++)
+        for (int d = 0; d < 3; d++)
             for (int kind = 0; kind < 6; kind++) {
                 /* 0: RMSNorm; 1: LayerNorm with bias; 2: RMSNorm with the
                  * residual stream; 3: in place (y == x, dx == dy, ...);
@@ -298,6 +299,33 @@ void th_suite_shifted(fusednorm_backend be)
                 if (kind == 5) {
                     apply_features(&c, 1);
                     c.pad = 3;
+                }
+                fix_alias_dtypes(&c);
+                run_on(c, be);
+            }
+    /* Rows that outnumber the CUDA backward's persistent grid, each CTA
+     * walking several: its ODD tile keeps a thread's columns for all of a
+     * CTA's rows, which the grid makes meet one offset within 16 bytes (odd
+     * N: rows 8 apart for 16-bit, 4 for fp32); a wrong grid or edge column
+     * shows in dweight and dbias. fp32 too (odd fp32 rows take the ODD tile). */
+    static const int64_t many[] = {2047, 3001, 4097, 8191};
+    for (size_t i = 0; i < sizeof many / sizeof many[0]; i++)
+        for (int d = 0; d < 3; d++)
+            for (int kind = 0; kind < 4; kind++) {
+                /* 0: RMSNorm; 1: LayerNorm with bias, statistics recomputed;
+                 * 2: RMSNorm with the residual stream; 3: activations one
+                 * element off, padded pitches */
+                const fusednorm_norm norm = kind == 1 ? FUSEDNORM_LAYERNORM : FUSEDNORM_RMSNORM;
+                th_case c = training_case(norm, many[i], all_dtypes[(i + (size_t)d) % 3]);
+                c.rows = 600;
+                if (kind == 1) {
+                    c.bias_on = c.dbias_on = 1;
+                    c.bwd_stats_given = 0;
+                }
+                if (kind == 2) c.residual_on = c.residual_out_on = c.dresidual_out_on = c.dresidual_on = 1;
+                if (kind == 3) {
+                    c.misalign = 2;
+                    c.pad = 8;
                 }
                 fix_alias_dtypes(&c);
                 run_on(c, be);

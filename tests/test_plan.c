@@ -284,6 +284,20 @@ int main(void)
     ASSERT_EQ_INT(lab.ept, 32);
     ASSERT_EQ_INT(fn_plan_use_held_odd(&lab, 131, 4, 4), 1); /* fp32: 6 edge elements, 8 threads */
     ASSERT_EQ_INT(lab.tpr, 8);
+    /* fn_plan_bwd_odd: the backward's ODD tile, an aligned row of the whole
+     * vectors without clusters, one row per CTA of at least 32 threads */
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 4097, 2, 9), 1);
+    ASSERT_TRUE(lab.path == FN_PATH_ROWS_IN_REGISTERS && lab.vec == 8 && lab.ept == 16 && lab.tpr == 256 &&
+                lab.threads == 256 && lab.rows_per_block == 1 && lab.cluster == 1);
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 2047, 2, 9), 1); /* 255 vectors: 128 threads, alone in their CTA */
+    ASSERT_TRUE(lab.ept == 16 && lab.tpr == 128 && lab.threads == 128 && lab.rows_per_block == 1);
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 4097, 4, 9), 1); /* fp32 */
+    ASSERT_TRUE(lab.vec == 4 && lab.ept == 16 && lab.tpr == 256 && lab.threads == 256);
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 100, 2, 9), 0); /* 12 vectors: 8 threads */
+    ASSERT_EQ_INT(lab.tpr, 256); /* left as it was */
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 65537, 2, 9), 0); /* a cluster's row: SHIFT or two-pass */
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 8191, 2, 8), 1);  /* sm_80 too */
+    ASSERT_TRUE(lab.tpr == 512 && lab.threads == 512);
 
     /* The shapes of docs/perf.md (bf16, 16-byte vectors, sm_90; the
      * backward's wide tile launchable, as on the H200). */

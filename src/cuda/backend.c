@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <stdint.h>
 
 #define WS_ALIGN 256
@@ -193,7 +194,7 @@ static int occ_variant(int is_bwd, const void *params, const fn_plan *pl)
          * variant that stages dresidual_out (bwd_is_plain_residual) */
         const int res_same = b->dt_dres_out == b->dt_dx && (!b->dres || b->dt_dres == b->dt_dx);
         return (b->w != NULL) | (b->db != NULL) << 1 | (b->dres_out != NULL) << 2 | (b->dres != NULL) << 3 | exact << 4 |
-               res_same << 5 | (b->shift != 0) << 6;
+               res_same << 5 | (b->shift != 0) << 6 | (b->odd != 0) << 7;
     }
     const fn_fwd_params *f = (const fn_fwd_params *)params;
     return (f->w != NULL) | (f->b != NULL) << 1 | (f->res_out != NULL) << 2 | (f->dt_y == f->dt_x) << 3 | exact << 4 |
@@ -353,6 +354,15 @@ static int64_t shift_max_cols(int is_bwd)
 {
     const char *v = getenv("FUSEDNORM_SHIFT_MAX_COLS");
     return v ? strtoll(v, NULL, 10) : (is_bwd ? FN_PLAN_SHIFT_MAX_COLS_BWD : FN_PLAN_SHIFT_MAX_COLS);
+}
+
+/* Lab knob FUSEDNORM_BWD_ODD=0: the backward's rows off a 16-byte boundary
+ * take the SHIFT tile or two-pass as before the ODD tile (to measure it
+ * against them). Read on every call. Not for production. */
+static int bwd_odd_enabled(void)
+{
+    const char *v = getenv("FUSEDNORM_BWD_ODD");
+    return !v || strcmp(v, "0") != 0;
 }
 
 /* Sanitizer knob (bench/device.sh sanitize): FUSEDNORM_GRID_CAP=K keeps the
@@ -606,8 +616,26 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16,
                           shift_ok ? 0 : fn_bwd_wide_fits(p), shift_ok ? 256 : 0, 0, 0, 0};
     fn_plan *pl = &st->plan;
-    *pl = plan_for(&pb, "FUSEDNORM_PLAN_BWD", &p->tpr, &p->rows_per_block, &p->cluster);
-    if (shift_ok) {
+    /* Rows off a 16-byte boundary whose activations all sit at x's offset
+     * within 16 bytes in each row (odd N of contiguous tensors, odd pitches,
+     * offset pointers alike): the register tile's ODD form (fn_plan_bwd_odd,
+     * fn_bwd_odd_fits; its grid below), before the SHIFT tile and two-pass. */
+    const int odd_call = !vec_ok && bwd_odd_enabled() && a->x.dtype == act &&
+                         ((uintptr_t)a->x.data & (uintptr_t)(x_bytes - 1)) == 0 && same_phase(&a->dy, &a->x) &&
+                         same_phase(&a->dx, &a->x) && same_phase(&a->dresidual_out, &a->x) &&
+                         same_phase(&a->dresidual, &a->x);
+    fn_plan odd_plan;
+    if (odd_call && fn_plan_bwd_odd(&odd_plan, a->cols, x_bytes, df.cc_major)) {
+        p->tpr = odd_plan.tpr;
+        p->rows_per_block = 1;
+        p->cluster = 1;
+        p->odd = fn_bwd_odd_fits(p, odd_plan.vec, odd_plan.ept, odd_plan.threads);
+    }
+    if (p->odd)
+        *pl = odd_plan;
+    else
+        *pl = plan_for(&pb, "FUSEDNORM_PLAN_BWD", &p->tpr, &p->rows_per_block, &p->cluster);
+    if (shift_ok && !p->odd) {
         p->shift = pl->path == FN_PATH_ROWS_IN_REGISTERS && fn_bwd_shift_fits(p, pl->ept, pl->threads);
         if (!p->shift) { /* does not fit: as without the SHIFT kernel */
             pb.vec_ok = 0;
@@ -622,7 +650,10 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     if (a->rows > 0 && pl->path == FN_PATH_ROWS_IN_REGISTERS) {
         s = max_active(a->device, 1, p, pl, fn, &active);
         if (s != FUSEDNORM_OK) return s;
-        if (active == 0) fn_plan_use_two_pass(pl, a->cols, x_bytes);
+        if (active == 0) {
+            fn_plan_use_two_pass(pl, a->cols, x_bytes);
+            p->odd = p->shift = 0;
+        }
     }
     if (pl->path == FN_PATH_TWO_PASS) {
         p->tpr = pl->tpr;
@@ -661,6 +692,17 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
             clusters = groups / 4;
         if (clusters < 1) clusters = 1;
         st->grid = (int)(grid_cap(clusters) * pl->cluster);
+        if (p->odd && groups > st->grid) {
+            /* ODD: each CTA's rows (cid, cid + grid, ...) at one offset within
+             * 16 bytes: the grid a multiple of the rows' period m (rows m
+             * apart sit at one offset; by same_phase x's pitch serves all). */
+            const uint64_t pitch = (uint64_t)a->x.row_stride * (uint64_t)x_bytes;
+            int m = 1;
+            while (m < 16 && (pitch * (uint64_t)m) % 16) m *= 2;
+            int g = st->grid / m * m;
+            if (g == 0) g = (int)(groups < m ? groups : m); /* the grid cap's small grids */
+            st->grid = g;
+        }
     }
     if (a->rows == 0) st->grid = 0;
 

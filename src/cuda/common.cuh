@@ -30,6 +30,10 @@ namespace cg = cooperative_groups;
  * LayerNorm fwd N=2048 +3%, H200, tuning step 15) and leave shared memory
  * for the weight cache and more CTAs. */
 constexpr int FN_STAGES = 2;
+/* The backward's ODD tile (norm_bwd.cu): staged 16-byte chunks per input
+ * and stage for the edge elements of a row off a 16-byte boundary, one per
+ * lane that holds one (at most 2 * (VEC - 1): 14 for 16-bit rows). */
+constexpr int FN_ODD_EDGE_SLOTS = 16;
 constexpr size_t FN_MAX_STAGE_BYTES = 96 * 1024;
 /* The SHIFT kernels (rows off a 16-byte boundary) wait for a whole stage
  * and then a barrier before a row starts (a vector spans two threads'

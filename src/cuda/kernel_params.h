@@ -59,6 +59,9 @@ typedef struct fn_bwd_params {
     float *row_stats;                 /* column split: [rows][4] = rstd, mean, c1, c2 (two-pass writes them, no dx) */
     int64_t rows_per_group;           /* column split: rows summed into one partial row */
     int shift;                        /* as in fn_fwd_params (fn_bwd_shift_fits) */
+    int odd;                          /* rows path: rows off a 16-byte boundary, every activation at x's
+                                       * offset within 16 bytes in each row and each CTA's rows at one
+                                       * offset (the backend checked fn_bwd_odd_fits and sized the grid) */
 } fn_bwd_params;
 
 /* Launchers: return 0 or a cudaError_t value. `stream` is a cudaStream_t.
@@ -90,6 +93,13 @@ int fn_bwd_wide_fits(const fn_bwd_params *p);
  * (tpr, rows_per_block), ept and threads: 16-bit dx, its shared memory
  * within p->smem_max. The backend checks dtypes and alignment. */
 int fn_bwd_shift_fits(const fn_bwd_params *p, int ept, int threads);
+/* Whether the backward's ODD tile can run this call with the plan in p (tpr,
+ * rows_per_block 1, cluster 1), vec, ept and threads (= tpr): a PLAIN call
+ * (the weight; no dresidual_out and dresidual, or the pre-norm residual's
+ * call), x, dy and dx of one dtype, its shared memory within p->smem_max.
+ * The backend checks the offsets (every activation at x's offset within 16
+ * bytes in each row) and sizes the grid so that each CTA's rows share it. */
+int fn_bwd_odd_fits(const fn_bwd_params *p, int vec, int ept, int threads);
 /* Column split backward, pass 2: dx and the dweight/dbias partial rows from
  * p->row_stats; a grid of col_chunks x row_groups CTAs of FN_COLUMNS_THREADS. */
 enum { FN_COLUMNS_THREADS = 256 };

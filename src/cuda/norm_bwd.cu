@@ -91,9 +91,22 @@ __device__ __forceinline__ void write_partial_row(float (&acc)[EPT / VEC][VEC], 
  * a shared-memory fp32 cache (p.wcache), LayerNorm's extra terms and the
  * dbias accumulation are skipped when not asked for (uniform branches, the
  * row body specialized on LN), and the arithmetic is folded into FMAs. */
-template <typename TX, int VEC, int EPT, bool PIPE, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false> /* see the forward */
+template <typename TX, int VEC, int EPT, bool PIPE, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false,
+          bool ODD = false> /* see the forward */
 __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_registers(const fn_bwd_params p)
 {
+    /* ODD: rows off a 16-byte boundary (odd N, odd pitches, offset pointers)
+     * whose every activation sits at x's offset within 16 bytes in each row
+     * (the backend's same_phase), in a grid whose CTAs each meet one such
+     * offset in all their rows (one row per CTA, the grid a multiple of the
+     * rows' period: bwd_prepare). The CTA's rows then split alike: hd head
+     * elements before the first 16-byte boundary, nb aligned body vectors
+     * and tl tail elements. The body is the aligned kernel's tile shifted by
+     * hd columns (staged, cached and accumulated as such: a thread's columns
+     * stay fixed for the kernel); the hd + tl edge elements go one per lane
+     * (lanes below 2 * (VEC - 1)), each staged from the 16-byte chunk that
+     * holds it, with its own dweight and dbias sums. The PLAIN variants. */
+    static_assert(!ODD || (PIPE && PLAIN && !SHIFT && !EXACT && TPR == 0), "ODD: the PLAIN staged tile, run-time tpr");
     /* SHIFT: rows off a 16-byte boundary, realigned through shared memory as
      * in the forward (common.cuh): x, dy and dresidual_out staged as runs,
      * dx and dresidual written back through one run (they hold the same
@@ -137,7 +150,23 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
     const int C = p.cluster;
     const int64_t nclusters = gridDim.x / C, cid = blockIdx.x / C;
     const int64_t N = p.cols, groups = (p.rows + rpb - 1) / rpb;
-    const int64_t slice = (int64_t)(C > 1 ? cluster_rank() : 0) * tpr * EPT;
+    /* ODD: this CTA's split of its rows (see above); its first row is cid. */
+    [[maybe_unused]] int hd = 0, nb = 0, ne = 0, epos = 0;
+    [[maybe_unused]] int64_t ecol = -1; /* the column of this lane's edge element, -1: none */
+    if constexpr (ODD) {
+        const uintptr_t a = (uintptr_t)((const TX *)p.x + cid * p.sx);
+        hd = (int)(((16u - (unsigned)(a & 15u)) & 15u) / sizeof(TX));
+        nb = (int)((N - hd) / VEC);
+        ne = (int)(N - (int64_t)nb * VEC); /* hd + tl */
+        if (lane < hd) {
+            ecol = lane;
+            epos = VEC - hd + lane; /* in the chunk before the body */
+        } else if (lane < ne) {
+            ecol = hd + (int64_t)nb * VEC + (lane - hd);
+            epos = lane - hd; /* in the chunk after the body */
+        }
+    }
+    const int64_t slice = ODD ? (int64_t)hd : (int64_t)(C > 1 ? cluster_rank() : 0) * tpr * EPT;
     const float inv_n = 1.0f / (float)N;
     const bool want_w = p.dw != nullptr, want_b = PLAIN == 2 || (!PLAIN && p.db != nullptr);
     const bool wcache = PLAIN || p.wcache;
@@ -147,7 +176,8 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
 
     bool col_ok[K];
     #pragma unroll
-    for (int k = 0; k < K; k++) col_ok[k] = (PLAIN && EXACT) || slice + ((int64_t)k * tpr + lane) * VEC < N;
+    for (int k = 0; k < K; k++)
+        col_ok[k] = ODD ? k * tpr + lane < nb : (PLAIN && EXACT) || slice + ((int64_t)k * tpr + lane) * VEC < N;
 
     float dw[K][VEC], db[K][VEC];
     #pragma unroll
@@ -164,7 +194,11 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
      * (shift_stage_chunks each); dx's output runs after the statistics, two
      * sets used by even and odd rows in turn (as in the forward). */
     const int run = shift_run_chunks(K * tpr), xst_chunks = SHIFT ? shift_stage_chunks(K, nthr, tpr) : 0;
-    const int per_stage = SHIFT ? xst_chunks * (2 + (has_dres_out ? 1 : 0)) : K * (chx + chy + chr) * nthr; /* uint4 */
+    /* ODD: after the body's chunks, FN_ODD_EDGE_SLOTS per input (x, dy, and
+     * dresidual_out with RES), one per edge lane. */
+    const int edge_off = K * (chx + chy + chr) * nthr;
+    const int per_stage = SHIFT ? xst_chunks * (2 + (has_dres_out ? 1 : 0))
+                                : edge_off + (ODD ? FN_ODD_EDGE_SLOTS * (RES ? 3 : 2) : 0); /* uint4 */
     /* Shared-memory addresses for cp.async, converted once. */
     [[maybe_unused]] const unsigned stage_s = smem_addr(stage);
     /* After the stages: each thread's copy of its row's (rstd, mean) per stage,
@@ -211,6 +245,19 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
                 for (int k = 0; k < K; k++)
                     if (col_ok[k]) cp_async16_s_l2(sr + (unsigned)(k * nthr) * 16u, rrow + k * tpr * VEC, l2_last);
             }
+            if constexpr (ODD)
+                if (ecol >= 0) { /* the 16-byte chunk that holds this lane's edge element, of each input */
+                    const unsigned se = stage_s + (unsigned)(st * per_stage + edge_off + lane) * 16u;
+                    auto edge = [&](unsigned s, const void *t, int64_t pitch) {
+                        const char *r = (const char *)((const TX *)t + row * pitch);
+                        if (lane < hd) cp_async16_s(s, r + (hd - VEC) * (int)sizeof(TX));
+                        else cp_async16_upto_s(s, r + (hd + (int64_t)nb * VEC) * sizeof(TX), r + N * sizeof(TX),
+                                               row == p.rows - 1);
+                    };
+                    edge(se, p.x, p.sx);
+                    edge(se + FN_ODD_EDGE_SLOTS * 16u, p.dy, p.sdy);
+                    if constexpr (RES) edge(se + 2 * FN_ODD_EDGE_SLOTS * 16u, p.dres_out, p.sdres_out);
+                }
         }
         cp_async_commit();
     };
@@ -223,6 +270,11 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
         fill_column_cache<VEC>(wc, p.w, p.dt_w, p.w_off, slice, tpr, tpr * EPT, N);
         __syncthreads();
     }
+    /* ODD: the edge element's (w + w_off) (PLAIN: the weight is there), and
+     * its dweight and dbias sums. */
+    [[maybe_unused]] float ew = 0.0f, edw = 0.0f, edb = 0.0f;
+    if constexpr (ODD)
+        if (ecol >= 0) ew = load_any(p.w, p.dt_w, ecol) + p.w_off;
 
     /* g = dy * (w + w_off) for vector k (dy alone without a weight). */
     auto weight_of = [&](int k, float (&w)[VEC]) {
@@ -285,12 +337,23 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
             #pragma unroll
             for (int j = 0; j < VEC; j++) x[j] = dy[j] = 0.0f;
         };
+        /* ODD: this lane's edge element of x, dy (and dresidual_out); zeros where it has none. */
+        [[maybe_unused]] float ex = 0.0f, edy = 0.0f, edr = 0.0f;
+        [[maybe_unused]] const bool eok = ODD && row_ok && ecol >= 0;
         if constexpr (PIPE) {
             issue(g + (STAGES - 1) * nclusters, (it + STAGES - 1) % STAGES);
             cp_async_wait<STAGES - 1>();
             if constexpr (HOLD)
                 #pragma unroll
                 for (int k = 0; k < K; k++) unstage(k, xr[k], dyr[k]);
+            if constexpr (ODD)
+                if (eok) {
+                    const TX *es = reinterpret_cast<const TX *>(stage + cur * per_stage + edge_off + lane) + epos;
+                    constexpr int slot = FN_ODD_EDGE_SLOTS * 16 / (int)sizeof(TX); /* elements */
+                    ex = to_f32(es[0]);
+                    edy = to_f32(es[slot]);
+                    if constexpr (RES) edr = to_f32(es[2 * slot]);
+                }
         } else {
             #pragma unroll
             for (int k = 0; k < K; k++) {
@@ -339,6 +402,7 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
                     #pragma unroll
                     for (int j = 0; j < VEC; j++) s[0] += x[j];
                 }
+                if constexpr (ODD) s[0] += ex;
                 row_allreduce<1>(s, sm, buf, tpr, sub, C);
                 mean = s[0] / (float)N;
             }
@@ -355,6 +419,8 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) q[0] += x[j] * x[j];
             }
+            if constexpr (ODD)
+                if (eok) q[0] += (ex - mean) * (ex - mean);
             row_allreduce<1>(q, sm, buf, tpr, sub, C);
             rstd = rstd_of(q[0], (float)N, p.eps);
         }
@@ -374,6 +440,12 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
                 if constexpr (LN) s[1] += gv;
             }
         }
+        if constexpr (ODD)
+            if (eok) {
+                const float gv = edy * ew;
+                s[0] = fmaf(xhat(ex), gv, s[0]);
+                if constexpr (LN) s[1] += gv;
+            }
         row_allreduce<LN ? 2 : 1>(*reinterpret_cast<float(*)[LN ? 2 : 1]>(s), sm, buf, tpr, sub, C);
         /* dx = rstd * (g - c2 - x_hat * c1) = g * rstd - x_hat * (c1 * rstd) - c2 * rstd */
         const float c1r = s[0] * inv_n * rstd, c2r = LN ? s[1] * inv_n * rstd : 0.0f;
@@ -411,6 +483,18 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
                 if (has_dres) store_vec<TX, VEC>((TX *)p.dres, row * p.sdres + col, dx);
             } else if (has_dres) store_dyn<TX, VEC>(p.dres, p.dt_dres, row * p.sdres + col, dx);
         }
+        if constexpr (ODD)
+            if (eok) {
+                const float xh = xhat(ex);
+                float v = fmaf(-xh, c1r, fmaf(edy * ew, rstd, -c2r));
+                if constexpr (RES) v += edr;
+                const TX o = from_f32<TX>(v);
+                ((TX *)p.dx)[row * p.sdx + ecol] = o;
+                if constexpr (RES)
+                    if (has_dres) ((TX *)p.dres)[row * p.sdres + ecol] = o;
+                edw = fmaf(edy, xh, edw);
+                if (want_b) edb += edy;
+            }
         if constexpr (SHIFT) {
             /* The output run is complete: store its aligned chunks to dx (and dresidual). */
             __syncthreads();
@@ -434,6 +518,16 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
      * fixed order (sub 0, 1, ...) through shared memory. */
     if (want_w) write_partial_row<VEC, EPT>(dw, p.ws_dw, p, subrow_partials, sub, lane, slice, cid, col_ok);
     if (want_b) write_partial_row<VEC, EPT>(db, p.ws_db, p, subrow_partials, sub, lane, slice, cid, col_ok);
+    if constexpr (ODD)
+        if (ecol >= 0) { /* the edge columns' sums (one row per CTA: no subrows) */
+            if (p.atomic) {
+                if (want_w) atomicAdd(p.ws_dw + ecol, edw);
+                if (want_b) atomicAdd(p.ws_db + ecol, edb);
+            } else {
+                if (want_w) p.ws_dw[cid * N + ecol] = edw;
+                if (want_b) p.ws_db[cid * N + ecol] = edb;
+            }
+        }
     cluster_exit_barrier(C);
 }
 
@@ -755,9 +849,52 @@ static cudaError_t launch_shift_plain(const fn_bwd_params &q, int grid, int thre
     return run_time_tpr();
 }
 
+/* The ODD tile's PLAIN variant for a call (see the kernel): 1 or 2 as
+ * bwd_is_plain (no dresidual_out, no dresidual), 3 the pre-norm residual's
+ * call (bwd_is_plain_residual), 0 none (not run as ODD). x, dy and dx of one
+ * dtype; the backend checked the offsets (same_phase). */
+static int bwd_odd_plain(const fn_bwd_params &q)
+{
+    if (!q.w || q.dt_x != q.dt_dx || q.dt_dy != q.dt_dx) return 0;
+    if (bwd_is_plain_residual(q, q.dt_dx)) return 3;
+    return q.dres_out || q.dres ? 0 : q.db ? 2 : 1;
+}
+
+/* Shared memory of the ODD tile: FN_STAGES stages of the body's chunks and
+ * the edge slots of x, dy (and dresidual_out), the statistics, then the
+ * weight cache at *cache_off. */
+static size_t bwd_odd_smem(const fn_bwd_params &q, int ept, int vec, int threads, size_t *cache_off)
+{
+    const int inputs = bwd_odd_plain(q) == 3 ? 3 : 2;
+    const size_t stages = FN_STAGES * ((size_t)(ept / vec) * inputs * threads + (size_t)FN_ODD_EDGE_SLOTS * inputs) * 16;
+    *cache_off = stages + bwd_stat_bytes(threads);
+    return *cache_off + (size_t)q.tpr * ept * sizeof(float);
+}
+
 template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
+    if constexpr (VEC > 1 && EPT <= 16) {
+        if (p.odd) { /* the backend checked fn_bwd_odd_fits */
+            fn_bwd_params q = p;
+            size_t off;
+            const size_t smem = bwd_odd_smem(q, EPT, VEC, threads, &off);
+            q.pipe = 1;
+            q.wcache = 1;
+            q.wcache_off = (int)off;
+            auto launch = [&](auto plain) {
+                return launch_or_query(
+                    norm_bwd_rows_in_registers<TX, VEC, EPT, true, decltype(plain)::value, 0, false, false, true>, q,
+                    grid, threads, smem, 1, stream, active);
+            };
+            switch (bwd_odd_plain(q)) {
+            case 1: return launch(std::integral_constant<int, 1>{});
+            case 2: return launch(std::integral_constant<int, 2>{});
+            case 3: return launch(std::integral_constant<int, 3>{});
+            }
+            return cudaErrorInvalidValue;
+        }
+    }
     if constexpr (VEC == 8 && sizeof(TX) == 2 && EPT <= 16) {
         if (p.shift) { /* the backend checked fn_bwd_shift_fits */
             fn_bwd_params q = p;
@@ -924,6 +1061,15 @@ extern "C" int fn_bwd_shift_fits(const fn_bwd_params *p, int ept, int threads)
      * the weight cache. */
     return (p->dt_dx == FN_DT_F16 || p->dt_dx == FN_DT_BF16) && ept >= 8 && ept <= 16 &&
            fn::bwd_shift_smem(*p, ept, threads, &off) <= (size_t)p->smem_max;
+}
+
+extern "C" int fn_bwd_odd_fits(const fn_bwd_params *p, int vec, int ept, int threads)
+{
+    size_t off;
+    const int vec_wide = p->dt_dx == FN_DT_F32 ? 4 : 8;
+    return vec == vec_wide && ept >= vec && ept <= 16 && threads == p->tpr && p->rows_per_block == 1 &&
+           p->cluster == 1 && p->tpr >= 2 * (vec - 1) && 2 * (vec - 1) <= fn::FN_ODD_EDGE_SLOTS &&
+           fn::bwd_odd_plain(*p) != 0 && fn::bwd_odd_smem(*p, ept, vec, threads, &off) <= (size_t)p->smem_max;
 }
 
 extern "C" int fn_max_active_bwd_two_pass(const fn_bwd_params *p, int threads, int *count)
