@@ -77,6 +77,16 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     if (!pb->is_bwd && pb->odd_held != FN_STREAM_NONE) {
         const int v = 16 / pb->x_bytes;
         const int64_t nv = pb->cols / v;
+        /* past 64 KiB, over a cluster (sm_90) as an aligned row of nv vectors */
+        if (nv > FN_PLAN_HELD_MAX_VECTORS && pb->cc_major >= 9) {
+            const int uc = pb->odd_held == FN_STREAM_RESIDUAL ? 4 : 8;
+            const int most = pb->max_cluster < FN_PLAN_HELD_MAX_CLUSTER ? pb->max_cluster : FN_PLAN_HELD_MAX_CLUSTER;
+            const int small = most < FN_PLAN_HELD_SMALL_CTA_MAX_CLUSTER ? most : FN_PLAN_HELD_SMALL_CTA_MAX_CLUSTER;
+            fn_plan held = best;
+            if (fn_plan_use_held_cluster(&held, nv * v, pb->x_bytes, uc, FN_PLAN_HELD_SMALL_CTA_THREADS, small) ||
+                fn_plan_use_held_cluster(&held, nv * v, pb->x_bytes, uc, FN_PLAN_HELD_CLUSTER_CTA_THREADS, most))
+                return held;
+        }
         /* U = 4 also where it makes rows of a power of two of threads up to
          * 256 (step 60: bf16 RMSNorm 4097 84.2 -> 90.5, 8191 87.4 -> 94.0;
          * CTAs of 96 or 384 threads lost 5-12%) */

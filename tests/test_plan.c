@@ -258,8 +258,32 @@ int main(void)
             ASSERT_TRUE(fn_plan_make(&pb).path != FN_PATH_HELD);
         }
     }
+    /* Past 64 KiB, over a cluster on sm_90 (as an aligned row of their whole
+     * vectors), two-pass on sm_80. */
+    struct { int64_t cols; int x_bytes, call, max_cluster, cluster, tpr; } odd_cl[] = {
+        {65537, 2, C, 16, 4, 256}, {131073, 2, C, 16, 8, 256}, {262145, 2, C, 8, 8, 512},
+        {524289, 2, C, 8, 0, 0},   {32769, 4, C, 16, 4, 256},  {65537, 2, R, 16, 8, 256},
+    };
+    for (size_t i = 0; i < sizeof odd_cl / sizeof odd_cl[0]; i++) {
+        fn_plan_problem pb = {0, odd_cl[i].cols, odd_cl[i].x_bytes, 0, 9, odd_cl[i].max_cluster, 0, 0,
+                              FN_STREAM_NONE, 0, odd_cl[i].call};
+        snprintf(th_context, sizeof th_context, "odd held over a cluster: cols %lld x_bytes %d call %d",
+                 (long long)odd_cl[i].cols, odd_cl[i].x_bytes, odd_cl[i].call);
+        fn_plan p = fn_plan_make(&pb);
+        if (odd_cl[i].cluster == 0) {
+            ASSERT_TRUE(p.path != FN_PATH_HELD);
+        } else {
+            ASSERT_EQ_INT(p.path, FN_PATH_HELD);
+            ASSERT_EQ_INT(p.cluster, odd_cl[i].cluster);
+            ASSERT_EQ_INT(p.tpr, odd_cl[i].tpr);
+            ASSERT_EQ_INT(p.vec, 16 / odd_cl[i].x_bytes);
+        }
+        pb.cc_major = 8;
+        p = fn_plan_make(&pb);
+        ASSERT_TRUE(p.path != FN_PATH_HELD);
+    }
     struct { int64_t cols; int x_bytes, call; } not_odd[] = {
-        {255, 2, C}, {263, 2, C}, {127, 4, C}, {32777, 2, C}, {16389, 4, C}, {16400, 2, R}, {8200, 4, R},
+        {255, 2, C}, {263, 2, C}, {127, 4, C}, {16400, 2, R}, {8200, 4, R},
     };
     for (size_t i = 0; i < sizeof not_odd / sizeof not_odd[0]; i++) {
         fn_plan_problem pb = {0, not_odd[i].cols, not_odd[i].x_bytes, 0, 9, 16, 0, 0, FN_STREAM_NONE, 0,

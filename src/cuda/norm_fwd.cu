@@ -540,14 +540,14 @@ __device__ __forceinline__ uint4 shift_bytes(uint4 a, uint4 b, int sb)
  * k and k + 1, shifted. Vector k + 1 is read whole only where it lies within
  * the n elements; else its first sh elements (all that is needed, and all
  * within n) one by one. */
-template <typename TX, int VEC>
+template <typename TX, int VEC, bool CL>
 __device__ __forceinline__ uint4 held_param_shifted(const TX *w, int k, int sh, int64_t n, uint64_t pol)
 {
     const uint4 *wv = (const uint4 *)w;
-    const uint4 a = ld_global16_l2<FN_L1_KEEP>(wv + k, pol);
+    const uint4 a = held_load<FN_L1_KEEP, CL>(wv + k, pol);
     uint4 b;
     if ((int64_t)(k + 2) * VEC <= n) {
-        b = ld_global16_l2<FN_L1_KEEP>(wv + k + 1, pol);
+        b = held_load<FN_L1_KEEP, CL>(wv + k + 1, pol);
     } else {
         union {
             uint4 v;
@@ -578,9 +578,10 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
      * the weight and bias aligned): the row's body, from its first 16-byte
      * boundary, in aligned vectors as above; its head (before it) and tail
      * (after the last whole vector), at most 2 * (VEC - 1) elements, one
-     * element each on lanes 0.. (tpr >= 16); the weight and bias of a body
-     * vector from two aligned vectors, shifted (held_param_shifted). */
-    static_assert(!(ODD && (CL || W32)), "ODD rows: one CTA per row, weights of dtype TX");
+     * element each on lanes 0.. (tpr >= 16; over a cluster, of its first
+     * CTA); the weight and bias of a body vector from two aligned vectors,
+     * shifted (held_param_shifted). */
+    static_assert(!(ODD && W32), "ODD rows: weights of dtype TX");
     __shared__ RowReduceSmem sm;
     [[maybe_unused]] __shared__ MeanM2 cl_slot[2];
     int buf = 0;
@@ -617,7 +618,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
         /* ODD: this lane's head or tail element (column ec), h in fp32 */
         [[maybe_unused]] int64_t ec = 0;
         [[maybe_unused]] float he = 0.0f;
-        const bool edge = ODD && row_ok && lane < ne;
+        const bool edge = ODD && row_ok && first == 0 && lane < ne; /* CL: on the cluster's first CTA */
         if constexpr (ODD) {
             ec = lane < hd ? lane : hd + (int64_t)nb * VEC + (lane - hd);
             if (edge) {
@@ -642,7 +643,8 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
          * last of a cluster whose slices, tpr rounded up to whole warps,
          * overshoot the row: bf16 65544 in 8 CTAs of 160 threads holds 10240
          * vectors, the eighth CTA none of the 8193) */
-        const float n_here = LN && CL ? (float)(max(0, min(nv - first, tpr * U)) * VEC) : n;
+        const float n_here =
+            LN && CL ? (float)(max(0, min(nb - first, tpr * U)) * VEC + (ODD && first == 0 ? ne : 0)) : n;
         float mean = 0.0f;
         if constexpr (LN) {
             float s[1] = {0.0f};
@@ -669,7 +671,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
                 q[0] += d * d;
             }
         }
-        if (ODD && lane < ne) q[0] += (he - mean) * (he - mean);
+        if (edge) q[0] += (he - mean) * (he - mean);
         row_allreduce<1>(q, sm, buf, tpr, sub, LN ? 1 : C);
         if constexpr (LN && CL) {
             const MeanM2 m = cluster_merge({n_here, mean, q[0]}, cl_slot, cl_buf, C);
@@ -699,14 +701,14 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
             for (int j = 0; j < VEC; j++) y[j] = (h[j] - mean) * rstd;
             if (wv) {
                 float w[VEC];
-                if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC>((const TX *)p.w, v, hd, p.cols, l2_last), w);
+                if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC, CL>((const TX *)p.w, v, hd, p.cols, l2_last), w);
                 else held_param<TX, VEC, W32, CL>(wv, v, w, l2_last);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) y[j] *= w[j] + p.w_off;
             }
             if (bv) {
                 float b[VEC];
-                if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC>((const TX *)p.b, v, hd, p.cols, l2_last), b);
+                if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC, CL>((const TX *)p.b, v, hd, p.cols, l2_last), b);
                 else held_param<TX, VEC, W32, CL>(bv, v, b, l2_last);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) y[j] += b[j];
@@ -924,6 +926,9 @@ static cudaError_t held_launch(const fn_fwd_params &p, int u, int grid, int thre
     constexpr int VEC = 16 / sizeof(TX);
     if (p.cluster > 1) { /* a row over a cluster: U = 8, or 4 with the residual (never W32) */
         if constexpr (!W32) {
+            if (u == (RES ? 4 : 8) && p.odd)
+                return launch_or_query(norm_fwd_held<TX, VEC, LN, RES, W32, RES ? 4 : 8, 2, true, true>, p, grid,
+                                       threads, 0, p.cluster, s, nullptr, true);
             if (u == (RES ? 4 : 8))
                 return launch_or_query(norm_fwd_held<TX, VEC, LN, RES, W32, RES ? 4 : 8, 2, true>, p, grid, threads,
                                        0, p.cluster, s, nullptr, true);
