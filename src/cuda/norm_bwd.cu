@@ -106,7 +106,8 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
      * stay fixed for the kernel); the hd + tl edge elements go one per lane
      * (lanes below 2 * (VEC - 1)), each staged from the 16-byte chunk that
      * holds it, with its own dweight and dbias sums. The PLAIN variants. */
-    static_assert(!ODD || (PIPE && PLAIN && !SHIFT && !EXACT && TPR == 0), "ODD: the PLAIN staged tile, run-time tpr");
+    static_assert(!ODD || (PIPE && PLAIN && !SHIFT && !EXACT && (TPR == 0 || TPR >= 256)),
+                  "ODD: the PLAIN staged tile, one row per CTA");
     /* SHIFT: rows off a 16-byte boundary, realigned through shared memory as
      * in the forward (common.cuh): x, dy and dresidual_out staged as runs,
      * dx and dresidual written back through one run (they hold the same
@@ -248,15 +249,18 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
             if constexpr (ODD)
                 if (ecol >= 0) { /* the 16-byte chunk that holds this lane's edge element, of each input */
                     const unsigned se = stage_s + (unsigned)(st * per_stage + edge_off + lane) * 16u;
+                    /* The last row's tail is read in row_body instead: its chunk
+                     * would pass the tensor's end (see cp_async16_upto_s). */
                     auto edge = [&](unsigned s, const void *t, int64_t pitch) {
                         const char *r = (const char *)((const TX *)t + row * pitch);
                         if (lane < hd) cp_async16_s(s, r + (hd - VEC) * (int)sizeof(TX));
-                        else cp_async16_upto_s(s, r + (hd + (int64_t)nb * VEC) * sizeof(TX), r + N * sizeof(TX),
-                                               row == p.rows - 1);
+                        else cp_async16_s(s, r + (hd + (int64_t)nb * VEC) * sizeof(TX));
                     };
-                    edge(se, p.x, p.sx);
-                    edge(se + FN_ODD_EDGE_SLOTS * 16u, p.dy, p.sdy);
-                    if constexpr (RES) edge(se + 2 * FN_ODD_EDGE_SLOTS * 16u, p.dres_out, p.sdres_out);
+                    if (lane < hd || row != p.rows - 1) {
+                        edge(se, p.x, p.sx);
+                        edge(se + FN_ODD_EDGE_SLOTS * 16u, p.dy, p.sdy);
+                        if constexpr (RES) edge(se + 2 * FN_ODD_EDGE_SLOTS * 16u, p.dres_out, p.sdres_out);
+                    }
                 }
         }
         cp_async_commit();
@@ -348,11 +352,17 @@ __global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_
                 for (int k = 0; k < K; k++) unstage(k, xr[k], dyr[k]);
             if constexpr (ODD)
                 if (eok) {
-                    const TX *es = reinterpret_cast<const TX *>(stage + cur * per_stage + edge_off + lane) + epos;
-                    constexpr int slot = FN_ODD_EDGE_SLOTS * 16 / (int)sizeof(TX); /* elements */
-                    ex = to_f32(es[0]);
-                    edy = to_f32(es[slot]);
-                    if constexpr (RES) edr = to_f32(es[2 * slot]);
+                    if (lane >= hd && row == p.rows - 1) { /* the last row's tail: not staged (issue) */
+                        ex = to_f32(((const TX *)p.x)[row * p.sx + ecol]);
+                        edy = to_f32(((const TX *)p.dy)[row * p.sdy + ecol]);
+                        if constexpr (RES) edr = to_f32(((const TX *)p.dres_out)[row * p.sdres_out + ecol]);
+                    } else {
+                        const TX *es = reinterpret_cast<const TX *>(stage + cur * per_stage + edge_off + lane) + epos;
+                        constexpr int slot = FN_ODD_EDGE_SLOTS * 16 / (int)sizeof(TX); /* elements */
+                        ex = to_f32(es[0]);
+                        edy = to_f32(es[slot]);
+                        if constexpr (RES) edr = to_f32(es[2 * slot]);
+                    }
                 }
         } else {
             #pragma unroll
@@ -882,10 +892,18 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
             q.pipe = 1;
             q.wcache = 1;
             q.wcache_off = (int)off;
+            /* Compiled for tpr 256 and 512 (16 elements a thread: bf16 rows
+             * of 2049..8192 columns, fp32 of 1025..8192), else a run-time tpr. */
             auto launch = [&](auto plain) {
-                return launch_or_query(
-                    norm_bwd_rows_in_registers<TX, VEC, EPT, true, decltype(plain)::value, 0, false, false, true>, q,
-                    grid, threads, smem, 1, stream, active);
+                auto at = [&](auto tpr) {
+                    return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, decltype(plain)::value,
+                                                                      decltype(tpr)::value, false, false, true>,
+                                           q, grid, threads, smem, 1, stream, active);
+                };
+                auto run_time_tpr = [&] { return at(std::integral_constant<int, 0>{}); };
+                if constexpr (EPT == 16)
+                    if (threads == q.tpr) return with_static_tpr<256, 512>(q.tpr, at, run_time_tpr);
+                return run_time_tpr();
             };
             switch (bwd_odd_plain(q)) {
             case 1: return launch(std::integral_constant<int, 1>{});
