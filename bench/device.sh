@@ -64,6 +64,13 @@ if has tests; then
   echo "fusednorm check --backend cuda, grids capped at 2: exit $? ($(tail -1 "$OUT/check_cuda_capped.log"))" |
     tee -a "$SUMMARY"
   grep FAIL "$OUT/check_cuda_capped.log" | head -20
+  # The backward's ODD tile rounds a capped grid up to the rows' period (8 CTAs
+  # for 16-bit odd N): 20 rows, so that each CTA walks 2-3 rows of one offset.
+  FUSEDNORM_GRID_CAP=2 "$FN" check --backend cuda --cols 999,2047,4097,8191 --rows 20 --quiet \
+    >"$OUT/check_cuda_capped_odd.log" 2>&1
+  echo "fusednorm check --backend cuda, odd rows, grids capped at 2: exit $? ($(tail -1 "$OUT/check_cuda_capped_odd.log"))" |
+    tee -a "$SUMMARY"
+  grep FAIL "$OUT/check_cuda_capped_odd.log" | head -20
 fi
 
 if has lab; then
@@ -163,18 +170,25 @@ if has sanitize; then
   # Every kernel path, forward and backward, every norm, feature and dtype
   # (fusednorm check runs them all per column count):
   #   256     registers, several rows per CTA (one warp or less per row)
-  #   999     rows off 16 bytes: SHIFT kernels (16-bit; realigned in shared
-  #           memory, three stages), registers one element at a time (fp32)
+  #   999     rows off 16 bytes: the held forward's ODD form, the backward's
+  #           ODD tile (64 threads a row, run-time tpr; under the grid cap
+  #           8 CTAs, each walking rows of one offset); SHIFT kernels and
+  #           two-pass for the calls those do not take (mixed dtypes)
   #   1024    the held forward (common and residual calls: 32 threads a row,
   #           8 rows a CTA); 2048, 4096, 16384 and 32768 too (64..512 threads)
   #   2048    registers, 4 rows per CTA of 2 warps each (per-row named barriers)
   #   4096    registers, cp.async pipeline (16-bit), weight cache, PLAIN variants
   #   32768   clusters of 2 (the forward's other calls: fp32 weights, fp32 y)
-  #   4097    two-pass, rows peeled to 16 bytes, dweight partials in shared memory
+  #   4097    the backward's ODD tile compiled for tpr 256 (the last row's
+  #           tail loaded in the row body); two-pass (rows peeled to 16
+  #           bytes, dweight partials in shared memory) for an fp32 residual
+  #           stream beside 16-bit activations
   #   16384   one CTA per row: the backward's 32-element tile (128 KiB of stages)
   #   65536   the held forward over clusters of 4 CTAs (common and residual
   #           calls; distributed shared memory, the exit barrier split);
   #           register-tile clusters for the other calls
+  #   65537   the held forward's ODD form over a cluster (head and tail on
+  #           its first CTA); the backward's two-pass / column split
   #   131072  the largest clusters (held: 8 CTAs; register tile 8 fwd, 16 bwd)
   #   300000  the streaming forward (one CTA per row, re-reads from L1 / L2);
   #           column split: two-pass statistics pass, then norm_bwd_columns
@@ -193,7 +207,7 @@ if has sanitize; then
   # Device time (session 4, the default set with SANITIZE_ROWS=12 RACECHECK_ROWS=8):
   # about 200 s for the whole stage; memcheck with the default grids at 96 rows and
   # every column count did not finish in 100 s, at 24 rows 131072 and 300000 took 38 s.
-  COLS=${SANITIZE_COLS:-256,999,1024,2048,4096,4097,16384,32768,65536,131072,300000}
+  COLS=${SANITIZE_COLS:-256,999,1024,2048,4096,4097,16384,32768,65536,65537,131072,300000}
   san() { # name tool timeout cmd...
     local name=$1 tool=$2 t=$3; shift 3
     timeout "$t" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" >"$OUT/sanitize_$name.log" 2>&1
