@@ -140,6 +140,14 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
                 if (ept == 4 && vec < 4) cost += 0.01;
                 const int bytes = ept * pb->x_bytes, target = pb->is_bwd ? 32 : 64;
                 if (bytes < target) cost += 0.04 * log2i(target / bytes);
+                /* The backward's 16-bit tile of one vector a thread in CTAs
+                 * of more than 256 threads (one resident per SM): measured
+                 * far below the 16-element tile with its idle lanes (H200,
+                 * bf16, GB/s, EPT 8 -> 16: RMSNorm 2304 2690 -> 3345, 2600
+                 * 2003 -> 3440, 2800 2161 -> 3699, 3600 2353 -> 3437;
+                 * LayerNorm 2600 1583 -> 2718; docs/perf.md step 64). fp32
+                 * (32 bytes at EPT 8) kept its plans: mixed there. */
+                if (pb->is_bwd && pb->x_bytes == 2 && ept == 8 && tpr > 256) cost += 0.25;
                 if (cost < best_cost) {
                     best_cost = cost;
                     best.path = FN_PATH_ROWS_IN_REGISTERS;

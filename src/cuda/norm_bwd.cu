@@ -91,9 +91,17 @@ __device__ __forceinline__ void write_partial_row(float (&acc)[EPT / VEC][VEC], 
  * a shared-memory fp32 cache (p.wcache), LayerNorm's extra terms and the
  * dbias accumulation are skipped when not asked for (uniform branches, the
  * row body specialized on LN), and the arithmetic is folded into FMAs. */
+/* Launch bounds: 512 threads, one CTA per SM at most the PLAIN and SHIFT
+ * kernels' 128 registers; the PLAIN kernel compiled for 192 threads a row
+ * (16-bit rows of 2561..3072 columns at 16 elements a thread, which no CTA of
+ * 256 holds whole) three CTAs of 192 (96 registers, no spills): bf16 3000
+ * RMSNorm 3183 -> 3379 GB/s, LayerNorm 2809 -> 3010 (docs/perf.md step 65). */
+__host__ __device__ constexpr bool bwd_lb_three(int tpr, bool shift) { return !shift && tpr == 192; }
 template <typename TX, int VEC, int EPT, bool PIPE, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false,
           bool ODD = false> /* see the forward */
-__global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_bwd_rows_in_registers(const fn_bwd_params p)
+__global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
+                                  bwd_lb_three(TPR, SHIFT) ? 3 : PLAIN || SHIFT ? 1 : 0)
+    norm_bwd_rows_in_registers(const fn_bwd_params p)
 {
     /* ODD: rows off a 16-byte boundary (odd N, odd pitches, offset pointers)
      * whose every activation sits at x's offset within 16 bytes in each row
@@ -791,9 +799,18 @@ template <typename TX, int VEC, int EPT, int PLAIN>
 static cudaError_t launch_plain(const fn_bwd_params &q, int grid, int threads, size_t smem, cudaStream_t stream,
                                 int *active)
 {
-    if (q.cols != (int64_t)q.cluster * q.tpr * EPT) /* the tile has idle columns: the column checks stay */
-        return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, 0, false>, q, grid, threads, smem, q.cluster,
-                               stream, active);
+    if (q.cols != (int64_t)q.cluster * q.tpr * EPT) { /* the tile has idle columns: the column checks stay */
+        auto checked = [&](auto tpr) {
+            return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, decltype(tpr)::value, false>, q,
+                                   grid, threads, smem, q.cluster, stream, active);
+        };
+        auto run_time_tpr = [&] { return checked(std::integral_constant<int, 0>{}); };
+        /* Rows of 2561..3072 16-bit columns: compiled for tpr 192, three
+         * CTAs per SM (bwd_lb_three); the residual's call lost there. */
+        if constexpr (EPT == 16 && sizeof(TX) == 2 && PLAIN != 3)
+            if (q.cluster == 1 && threads == q.tpr) return with_static_tpr<192>(q.tpr, checked, run_time_tpr);
+        return run_time_tpr();
+    }
     auto launch = [&](auto tpr) { /* TPR = 0: the run-time tpr */
         return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, PLAIN, decltype(tpr)::value>, q, grid,
                                threads, smem, q.cluster, stream, active);
