@@ -74,7 +74,9 @@ typedef struct fn_plan {
  * 1435 -> 1528, LayerNorm 1452 -> 1547, 1236 -> 1375; N = 4097 and more
  * 0.45-0.91x (the general kernel's per-row costs, three barriers per row). */
 #define FN_PLAN_SHIFT_MAX_COLS 2048
-/* The backward's limit, with the PLAIN SHIFT variants at tpr 160/192/224
+/* The backward's limit (for the calls the ODD tile does not take, see
+ * fn_plan_bwd_odd: activations at different offsets or of other dtypes),
+ * with the PLAIN SHIFT variants at tpr 160/192/224
  * (session 8, tuning step 47; bf16, M = 32768, two-pass -> SHIFT): RMSNorm
  * N = 3001 1.35x, 4097 1.13x, 8191 1.24x, 12289 1.07x; LayerNorm 1.42x,
  * 1.18x, 1.46x, 0.98x. The forward lost past 2048 (0.57-1.02x). */
