@@ -146,8 +146,11 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
                  * bf16, GB/s, EPT 8 -> 16: RMSNorm 2304 2690 -> 3345, 2600
                  * 2003 -> 3440, 2800 2161 -> 3699, 3600 2353 -> 3437;
                  * LayerNorm 2600 1583 -> 2718; docs/perf.md step 64). fp32
-                 * (32 bytes at EPT 8) kept its plans: mixed there. */
-                if (pb->is_bwd && pb->x_bytes == 2 && ept == 8 && tpr > 256) cost += 0.25;
+                 * (32 bytes at EPT 8) likewise for LayerNorm (2600 2953 ->
+                 * 3389, 3300 3095 -> 3443, 3600 3318 -> 3739); RMSNorm's fp32
+                 * measured mixed (2304 -3%, 2600 +9%, 3600 -3%) and keeps its
+                 * plans (step 67). */
+                if (pb->is_bwd && (pb->x_bytes == 2 || pb->is_ln) && ept == 8 && tpr > 256) cost += 0.25;
                 if (cost < best_cost) {
                     best_cost = cost;
                     best.path = FN_PATH_ROWS_IN_REGISTERS;
@@ -213,10 +216,10 @@ int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u)
     return 1;
 }
 
-int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major)
+int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int is_ln)
 {
     const int vec = 16 / x_bytes;
-    const fn_plan_problem pb = {1, cols / vec * vec, x_bytes, 1, cc_major, 1, 0, 0, 0, 0, 0};
+    const fn_plan_problem pb = {1, cols / vec * vec, x_bytes, 1, cc_major, 1, 0, 0, 0, 0, 0, is_ln};
     fn_plan o = fn_plan_make(&pb);
     if (o.path != FN_PATH_ROWS_IN_REGISTERS || o.cluster != 1 || o.tpr < FN_PLAN_BWD_ODD_MIN_TPR ||
         o.tpr < 2 * (vec - 1))

@@ -51,6 +51,8 @@ typedef struct fn_plan_problem {
                            * and bias aligned; the backend checks): held as FN_PATH_HELD with vec 16 /
                            * x_bytes (fn_plan_use_held_odd) from FN_PLAN_HELD_ODD_MIN_VECTORS whole
                            * vectors to FN_PLAN_HELD_MAX_VECTORS */
+    int is_ln;            /* backward: LayerNorm (its fp32 rows take 16 elements a thread where RMSNorm's
+                           * take 8 in CTAs of more than 256 threads; see plan.c) */
 } fn_plan_problem;
 
 typedef struct fn_plan {
@@ -252,7 +254,7 @@ int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u);
  * the rows path or its rows take fewer threads; the SHIFT tile or two-pass
  * then. */
 #define FN_PLAN_BWD_ODD_MIN_TPR 32
-int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major);
+int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int is_ln);
 
 /* Always succeeds: falls back to FN_PATH_TWO_PASS when no register plan fits. */
 fn_plan fn_plan_make(const fn_plan_problem *pb);

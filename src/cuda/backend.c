@@ -475,7 +475,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
                          same_phase(&a->residual_out, &a->x) && dt_w == (int)act && vector_vec_ok(a->weight.data) &&
                          vector_vec_ok(a->bias.data) && a->cols <= ((int64_t)1 << 30);
     fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, max_cluster, 0, shift_ok ? 256 : 0,
-                          streamable, w32, !odd_call ? FN_STREAM_NONE : has_res ? FN_STREAM_RESIDUAL : FN_STREAM_COMMON};
+                          streamable, w32, !odd_call ? FN_STREAM_NONE : has_res ? FN_STREAM_RESIDUAL : FN_STREAM_COMMON, 0};
     fn_plan pl = plan_for(&pb, "FUSEDNORM_PLAN_FWD", &p.tpr, &p.rows_per_block, &p.cluster);
     p.odd = pl.path == FN_PATH_HELD && !vec_ok;
     if (shift_ok && !p.odd) {
@@ -614,7 +614,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
                          tensor_shift_ok(&a->dresidual, act) && vector_vec_ok(a->weight.data);
     /* SHIFT: no 32-element tile (fn_bwd_shift_fits), CTAs of at most 256 threads (plan.h). */
     fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16,
-                          shift_ok ? 0 : fn_bwd_wide_fits(p), shift_ok ? 256 : 0, 0, 0, 0};
+                          shift_ok ? 0 : fn_bwd_wide_fits(p), shift_ok ? 256 : 0, 0, 0, 0, p->is_ln};
     fn_plan *pl = &st->plan;
     /* Rows off a 16-byte boundary whose activations all sit at x's offset
      * within 16 bytes in each row (odd N of contiguous tensors, odd pitches,
@@ -625,7 +625,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
                          same_phase(&a->dx, &a->x) && same_phase(&a->dresidual_out, &a->x) &&
                          same_phase(&a->dresidual, &a->x);
     fn_plan odd_plan;
-    if (odd_call && fn_plan_bwd_odd(&odd_plan, a->cols, x_bytes, df.cc_major)) {
+    if (odd_call && fn_plan_bwd_odd(&odd_plan, a->cols, x_bytes, df.cc_major, p->is_ln)) {
         p->tpr = odd_plan.tpr;
         p->rows_per_block = 1;
         p->cluster = 1;
