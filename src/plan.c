@@ -221,9 +221,9 @@ int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int is
     const int vec = 16 / x_bytes;
     const fn_plan_problem pb = {1, cols / vec * vec, x_bytes, 1, cc_major, 1, 0, 0, 0, 0, 0, is_ln};
     fn_plan o = fn_plan_make(&pb);
-    if (o.path != FN_PATH_ROWS_IN_REGISTERS || o.cluster != 1 || o.tpr < FN_PLAN_BWD_ODD_MIN_TPR ||
-        o.tpr < 2 * (vec - 1))
-        return 0;
+    /* a lane for each head and tail element (at most 2 * (vec - 1) = 14) */
+    _Static_assert(FN_PLAN_BWD_ODD_MIN_TPR >= 2 * (16 / 2 - 1), "the ODD tile's edge lanes");
+    if (o.path != FN_PATH_ROWS_IN_REGISTERS || o.cluster != 1 || o.tpr < FN_PLAN_BWD_ODD_MIN_TPR) return 0;
     o.rows_per_block = 1;
     o.threads = o.tpr;
     *pl = o;

@@ -171,6 +171,17 @@ static int same_phase(const fusednorm_tensor *t, const fusednorm_tensor *x)
                         ((uint64_t)t->row_stride * e) % 16 == ((uint64_t)x->row_stride * e) % 16);
 }
 
+/* The ODD kernels' condition on a call whose rows are off a 16-byte
+ * boundary: x element-aligned, and each of the other n activations (absent
+ * ones pass) at x's offset within 16 bytes in every row (same_phase). */
+static int odd_phase(const fusednorm_tensor *x, int x_bytes, const fusednorm_tensor *const *others, int n)
+{
+    if ((uintptr_t)x->data & (uintptr_t)(x_bytes - 1)) return 0;
+    for (int i = 0; i < n; i++)
+        if (!same_phase(others[i], x)) return 0;
+    return 1;
+}
+
 /* The SHIFT kernels' condition on an activation tensor: absent, or of the
  * 16-bit activation dtype at an element-aligned address (any row pitch). */
 static int tensor_shift_ok(const fusednorm_tensor *t, fusednorm_dtype act)
@@ -470,10 +481,9 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     /* Rows off a 16-byte boundary of that call (one dtype) with every
      * activation at x's offset within 16 bytes in each row, and the weight
      * and bias aligned: the held kernel's ODD form (the planner's odd_held). */
-    const int odd_call = !vec_ok && ((uintptr_t)a->x.data & (uintptr_t)(x_bytes - 1)) == 0 &&
-                         same_phase(&a->y, &a->x) && same_phase(&a->residual, &a->x) &&
-                         same_phase(&a->residual_out, &a->x) && dt_w == (int)act && vector_vec_ok(a->weight.data) &&
-                         vector_vec_ok(a->bias.data) && a->cols <= ((int64_t)1 << 30);
+    const fusednorm_tensor *const fwd_acts[] = {&a->y, &a->residual, &a->residual_out};
+    const int odd_call = !vec_ok && odd_phase(&a->x, x_bytes, fwd_acts, 3) && dt_w == (int)act &&
+                         vector_vec_ok(a->weight.data) && vector_vec_ok(a->bias.data) && a->cols <= ((int64_t)1 << 30);
     fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, max_cluster, 0, shift_ok ? 256 : 0,
                           streamable, w32, !odd_call ? FN_STREAM_NONE : has_res ? FN_STREAM_RESIDUAL : FN_STREAM_COMMON, 0};
     fn_plan pl = plan_for(&pb, "FUSEDNORM_PLAN_FWD", &p.tpr, &p.rows_per_block, &p.cluster);
@@ -620,10 +630,8 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
      * within 16 bytes in each row (odd N of contiguous tensors, odd pitches,
      * offset pointers alike): the register tile's ODD form (fn_plan_bwd_odd,
      * fn_bwd_odd_fits; its grid below), before the SHIFT tile and two-pass. */
-    const int odd_call = !vec_ok && bwd_odd_enabled() && a->x.dtype == act &&
-                         ((uintptr_t)a->x.data & (uintptr_t)(x_bytes - 1)) == 0 && same_phase(&a->dy, &a->x) &&
-                         same_phase(&a->dx, &a->x) && same_phase(&a->dresidual_out, &a->x) &&
-                         same_phase(&a->dresidual, &a->x);
+    const fusednorm_tensor *const bwd_acts[] = {&a->dy, &a->dx, &a->dresidual_out, &a->dresidual};
+    const int odd_call = !vec_ok && bwd_odd_enabled() && a->x.dtype == act && odd_phase(&a->x, x_bytes, bwd_acts, 4);
     fn_plan odd_plan;
     if (odd_call && fn_plan_bwd_odd(&odd_plan, a->cols, x_bytes, df.cc_major, p->is_ln)) {
         p->tpr = odd_plan.tpr;

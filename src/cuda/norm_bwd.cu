@@ -220,6 +220,10 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
      * the same DRAM bytes in less time (RMSNorm bf16 4096 90.4 -> 93.5% of
      * copy; docs/perf.md, step 57). */
     const uint64_t l2_last = l2_evict_last_policy();
+    /* ODD: whether this lane's edge element of row is staged (issue) or read
+     * in row_body: the last row's tail is not staged, its chunk would pass
+     * the tensor's end (see cp_async16_upto_s). */
+    [[maybe_unused]] auto edge_staged = [&](int64_t row) { return lane < hd || row != p.rows - 1; };
     auto issue = [&](int64_t g, int st) {
         const int64_t row = g * rpb + sub;
         if (g < groups && row < p.rows) {
@@ -258,14 +262,12 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
             if constexpr (ODD)
                 if (ecol >= 0) { /* the 16-byte chunk that holds this lane's edge element, of each input */
                     const unsigned se = stage_s + (unsigned)(st * per_stage + edge_off + lane) * 16u;
-                    /* The last row's tail is read in row_body instead: its chunk
-                     * would pass the tensor's end (see cp_async16_upto_s). */
                     auto edge = [&](unsigned s, const void *t, int64_t pitch) {
                         const char *r = (const char *)((const TX *)t + row * pitch);
                         if (lane < hd) cp_async16_s(s, r + (hd - VEC) * (int)sizeof(TX));
                         else cp_async16_s(s, r + (hd + (int64_t)nb * VEC) * sizeof(TX));
                     };
-                    if (lane < hd || row != p.rows - 1) {
+                    if (edge_staged(row)) {
                         edge(se, p.x, p.sx);
                         edge(se + FN_ODD_EDGE_SLOTS * 16u, p.dy, p.sdy);
                         if constexpr (RES) edge(se + 2 * FN_ODD_EDGE_SLOTS * 16u, p.dres_out, p.sdres_out);
@@ -361,7 +363,7 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
                 for (int k = 0; k < K; k++) unstage(k, xr[k], dyr[k]);
             if constexpr (ODD)
                 if (eok) {
-                    if (lane >= hd && row == p.rows - 1) { /* the last row's tail: not staged (issue) */
+                    if (!edge_staged(row)) { /* read here */
                         ex = to_f32(((const TX *)p.x)[row * p.sx + ecol]);
                         edy = to_f32(((const TX *)p.dy)[row * p.sdy + ecol]);
                         if constexpr (RES) edr = to_f32(((const TX *)p.dres_out)[row * p.sdres_out + ecol]);
@@ -445,6 +447,12 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
         }
         /* x_hat = (x - mean) * rstd; for RMSNorm x * rstd. */
         auto xhat = [&](float x) { return LN ? (x - mean) * rstd : x * rstd; };
+        /* One element's share of the row sums: x_hat * g and g, g = dy * w. */
+        auto sum_into = [&](float (&acc)[2], float x, float dy, float w) {
+            const float gv = dy * w;
+            acc[0] = fmaf(xhat(x), gv, acc[0]);
+            if constexpr (LN) acc[1] += gv;
+        };
 
         float s[2] = {0.0f, 0.0f};
         #pragma unroll
@@ -453,21 +461,14 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
             fetch(k, x, dy);
             weight_of(k, w);
             #pragma unroll
-            for (int j = 0; j < VEC; j++) {
-                const float gv = dy[j] * w[j];
-                s[0] = fmaf(xhat(x[j]), gv, s[0]);
-                if constexpr (LN) s[1] += gv;
-            }
+            for (int j = 0; j < VEC; j++) sum_into(s, x[j], dy[j], w[j]);
         }
         if constexpr (ODD)
-            if (eok) {
-                const float gv = edy * ew;
-                s[0] = fmaf(xhat(ex), gv, s[0]);
-                if constexpr (LN) s[1] += gv;
-            }
+            if (eok) sum_into(s, ex, edy, ew);
         row_allreduce<LN ? 2 : 1>(*reinterpret_cast<float(*)[LN ? 2 : 1]>(s), sm, buf, tpr, sub, C);
         /* dx = rstd * (g - c2 - x_hat * c1) = g * rstd - x_hat * (c1 * rstd) - c2 * rstd */
         const float c1r = s[0] * inv_n * rstd, c2r = LN ? s[1] * inv_n * rstd : 0.0f;
+        auto dx_of = [&](float xh, float dy, float w) { return fmaf(-xh, c1r, fmaf(dy * w, rstd, -c2r)); };
 
         #pragma unroll
         for (int k = 0; k < K; k++) {
@@ -485,7 +486,7 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
                 const float xh = xhat(x[j]);
-                float v = fmaf(-xh, c1r, fmaf(dy[j] * w[j], rstd, -c2r));
+                float v = dx_of(xh, dy[j], w[j]);
                 if (has_dres_out) v += dres[j];
                 dx[j] = v;
                 dw[k][j] = fmaf(dy[j], xh, dw[k][j]);
@@ -505,7 +506,7 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
         if constexpr (ODD)
             if (eok) {
                 const float xh = xhat(ex);
-                float v = fmaf(-xh, c1r, fmaf(edy * ew, rstd, -c2r));
+                float v = dx_of(xh, edy, ew);
                 if constexpr (RES) v += edr;
                 const TX o = from_f32<TX>(v);
                 ((TX *)p.dx)[row * p.sdx + ecol] = o;
@@ -780,16 +781,20 @@ template <typename TX, int VEC, int EPT> static size_t bwd_stage_bytes(int threa
 static size_t bwd_stat_bytes(int threads, int stages = FN_STAGES) { return stages * (size_t)threads * 8; }
 
 /* The common call, for which the kernel drops its feature branches (PLAIN):
- * the weight cached, no dresidual_out, no dresidual (the pipeline is checked
- * by the caller, the exact tile by launch_plain); 2 when dbias is
- * wanted (a variant of its own: a run-time dbias test kept the general
- * kernel's registers), 1 when not, 0 for any other call. The
- * backend's occupancy cache keys on the same features (occ_variant). */
-static int bwd_is_plain(const fn_bwd_params &q)
+ * a weight, no dresidual_out, no dresidual; 2 when dbias is wanted (a
+ * variant of its own: a run-time dbias test kept the general kernel's
+ * registers), 1 when not, 0 for any other call. The ODD tile takes it as
+ * it is (it caches the weight itself, bwd_odd_plain). */
+static int bwd_plain_call(const fn_bwd_params &q)
 {
-    if (!(q.wcache && q.w && !q.dres_out && !q.dres)) return 0;
+    if (!(q.w && !q.dres_out && !q.dres)) return 0;
     return q.db ? 2 : 1;
 }
+
+/* The common call with the weight cached (the pipeline is checked by the
+ * caller, the exact tile by launch_plain). The backend's occupancy cache
+ * keys on the same features (occ_variant). */
+static int bwd_is_plain(const fn_bwd_params &q) { return q.wcache ? bwd_plain_call(q) : 0; }
 
 /* A PLAIN variant (pipelined, PLAIN = 1..3): with column checks (EXACT =
  * false) where the row does not fill the tile; else with EPT 16 (the planner's choice for 16-bit
@@ -883,9 +888,8 @@ static cudaError_t launch_shift_plain(const fn_bwd_params &q, int grid, int thre
  * dtype; the backend checked the offsets (same_phase). */
 static int bwd_odd_plain(const fn_bwd_params &q)
 {
-    if (!q.w || q.dt_x != q.dt_dx || q.dt_dy != q.dt_dx) return 0;
-    if (bwd_is_plain_residual(q, q.dt_dx)) return 3;
-    return q.dres_out || q.dres ? 0 : q.db ? 2 : 1;
+    if (q.dt_x != q.dt_dx || q.dt_dy != q.dt_dx) return 0;
+    return bwd_is_plain_residual(q, q.dt_dx) ? 3 : bwd_plain_call(q);
 }
 
 /* Shared memory of the ODD tile: FN_STAGES stages of the body's chunks and
