@@ -65,9 +65,12 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
      * N = 131072 bf16 the column split (39%) beat a cluster of 16 (34%). The
      * backward's wide tile (32 elements) goes to 16 (non-portable, sm_90):
      * at 131072 its cluster of 8 ran at 77.6% of copy and at 262144 its
-     * cluster of 16 at 59.5%, against the column split's 39-40%. */
+     * cluster of 16 at 59.5%, against the column split's 39-40%. fp32
+     * backward rows in CTAs of 256 threads or fewer go to 16 as well (N =
+     * 65536: 16 x 256 at 83.9% of copy against 8 x 512 at 67.1%). */
     const int cap = 8, wide_cap = 16;
-    const int cap_here = pb->is_bwd && pb->wide_bwd ? wide_cap : cap;
+    const int f32_bwd = pb->is_bwd && pb->x_bytes == 4;
+    const int cap_here = pb->is_bwd && (pb->wide_bwd || f32_bwd) ? wide_cap : cap;
     int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < cap_here ? pb->max_cluster : cap_here) : 1;
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
@@ -120,7 +123,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
         for (int ept = 4; ept <= 32; ept *= 2) {
             if (!fn_plan_ept_allowed(pb->is_bwd, vec, ept)) continue;
             const int wide = pb->is_bwd && ept == 32; /* see below */
-            if (wide ? !pb->wide_bwd : cluster > cap) continue;
+            if (wide ? !pb->wide_bwd : cluster > (f32_bwd ? wide_cap : cap)) continue;
             /* Powers of two below a warp (the shuffle reduction needs aligned
              * groups), then any whole number of warps up to 512. */
             const int max_tpr = pb->max_tpr > 0 && pb->max_tpr < 512 ? pb->max_tpr : 512;
@@ -128,9 +131,17 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
                 if (tpr * ept < vec) continue; /* a thread holds at least one vector */
                 const int64_t coverage = (int64_t)cluster * tpr * ept;
                 if (coverage < pb->cols) continue;
+                if (!wide && cluster > cap && tpr > 256) continue; /* fp32 backward: see cap_here */
                 double cost = (double)(coverage - pb->cols) / (double)coverage;
                 cost += 0.15 * log2i(cluster);
                 if (tpr == 512) cost += 0.05;
+                /* The fp32 backward's 512-thread CTA (16 elements a thread,
+                 * one CTA per SM) lost to twice the CTAs of 256 threads over a
+                 * cluster twice as large (H200, GB/s, RMSNorm / LayerNorm:
+                 * 8192 3834 -> 4180 / 3803 -> 4144, 16384 3300 -> 4113 / 3274
+                 * -> 4017, 32768 3057 -> 4061 / 3017 -> 3813; docs/perf.md
+                 * step 69); a cluster doubling costs 0.15. */
+                if (f32_bwd && tpr == 512) cost += 0.20;
                 if (ept == max_ept) cost += 0.03;
                 /* The backward's 32-element tile reads x and dy back from
                  * its stage on each pass: taken where it saves a cluster

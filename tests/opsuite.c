@@ -241,7 +241,8 @@ static th_case training_case(fusednorm_norm norm, int64_t cols, fusednorm_dtype 
  * the end. */
 void th_suite_training(fusednorm_backend be)
 {
-    /* Up to 262144: the backward's wide tile in clusters of 2 to 16. 2000, 2304, 2600, 3000,
+    /* Up to 262144: the backward's wide tile in clusters of 2 to 16 (fp32 from 8192: CTAs of
+     * 256 threads in clusters of 2 to 16, of 512 in 8 with the residual). 2000, 2304, 2600, 3000,
      * 3200, 3600 and 12000 fill their tiles only in part (the PLAIN variants with column
      * checks; 2600 and 3000 the backward's 16-bit kernel compiled for 192 threads a row,
      * three CTAs per SM; 2304 and 3200 at 160 and 224 threads a row). */

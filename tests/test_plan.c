@@ -425,6 +425,33 @@ int main(void)
                 ASSERT_TRUE(cs.groups * cs.per_group >= cs_rows[i]);
                 ASSERT_TRUE((cs.groups - 1) * cs.per_group < cs_rows[i]);
             }
+    /* The fp32 backward (docs/perf.md step 69): 256-thread CTAs in a cluster
+     * twice as large rather than one 512-thread CTA (8192 .. 65536, LayerNorm
+     * too, 65536 in a non-portable cluster of 16); 12288 keeps 384 threads in
+     * 2, 6144 384 in 1; past a cluster of 16 of 256 threads the column split
+     * (two-pass here), never 16 x 512. */
+    struct { int64_t cols; int tpr, cluster; } f32_bwd[] = {
+        {4096, 256, 1}, {6144, 384, 1}, {8192, 256, 2}, {12288, 384, 2},
+        {16384, 256, 4}, {32768, 256, 8}, {65536, 256, 16}, {131072, 0, 0},
+    };
+    for (int is_ln = 0; is_ln < 2; is_ln++)
+        for (size_t i = 0; i < sizeof f32_bwd / sizeof f32_bwd[0]; i++) {
+            fn_plan_problem pb = {1, f32_bwd[i].cols, 4, 1, 9, 16, 0, 0, 0, 0, 0, is_ln};
+            const fn_plan p = fn_plan_make(&pb);
+            snprintf(th_context, sizeof th_context, "fp32 bwd cols %lld ln %d", (long long)f32_bwd[i].cols, is_ln);
+            if (!f32_bwd[i].tpr) {
+                ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
+                continue;
+            }
+            ASSERT_EQ_INT(p.path, FN_PATH_ROWS_IN_REGISTERS);
+            ASSERT_EQ_INT(p.ept, 16);
+            ASSERT_EQ_INT(p.tpr, f32_bwd[i].tpr);
+            ASSERT_EQ_INT(p.cluster, f32_bwd[i].cluster);
+        }
+    /* A device without non-portable clusters (max 8): 65536 fp32 in 8 x 512. */
+    fn_plan_problem f32_c8 = {1, 65536, 4, 1, 9, 8, 0, 0, 0, 0, 0, 0};
+    ASSERT_EQ_INT(fn_plan_make(&f32_c8).cluster, 8);
+    ASSERT_EQ_INT(fn_plan_make(&f32_c8).tpr, 512);
     /* Without the wide tile, 16384 takes a cluster of 2. */
     fn_plan_problem narrow = {1, 16384, 2, 1, 9, 16, 0, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&narrow).ept, 16);
