@@ -113,7 +113,8 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
         const int64_t nv = pb->cols / vec;
         const int u = pb->stream == FN_STREAM_RESIDUAL || (nv + 7) / 8 <= 32 ? 4 : 8;
         const int64_t min_nv = pb->w32 && pb->stream == FN_STREAM_COMMON ? FN_PLAN_HELD_W32_MIN_VECTORS
-                                                                          : FN_PLAN_HELD_MIN_VECTORS;
+                               : pb->x_bytes == 4                          ? FN_PLAN_HELD_F32_MIN_VECTORS
+                                                                           : FN_PLAN_HELD_MIN_VECTORS;
         if (nv >= min_nv && nv <= FN_PLAN_HELD_MAX_VECTORS &&
             fn_plan_use_held(&best, pb->cols, pb->x_bytes, u))
             return best;

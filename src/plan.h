@@ -138,6 +138,14 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  *  - N = 256 (32 vectors) lost: LayerNorm bf16 51.2 -> 43.6 at U = 4. */
 #define FN_PLAN_HELD_MIN_VECTORS 128
 #define FN_PLAN_HELD_MAX_VECTORS (FN_PLAN_STREAM_FWD_BYTES / 16)
+/* fp32 rows are held from 32 vectors (N = 128; U = 4, 8 to 32 threads a
+ * row, several rows a CTA): register tile -> held, GB/s, RMSNorm / LayerNorm
+ * 128 2157 -> 2390 / 2087 -> 2202, 192 2531 -> 2700 / 2453 -> 2524, 256 2767
+ * -> 2945 / 2717 -> 2789, 384 2103 -> 3293 / 1737 -> 3040, 448 3126 -> 3397
+ * / 3049 -> 3207; with the residual 256 3288 -> 3569, 384 3058 -> 3774
+ * (docs/perf.md step 70). 16-bit rows of 32..64 vectors lost for LayerNorm
+ * (bf16 256 52.7 -> 47.4% of copy, 448 59.3 -> 54.7%) and keep the tiles. */
+#define FN_PLAN_HELD_F32_MIN_VECTORS 32
 /* The common call with fp32 weight and bias (w32) is held from 512 vectors:
  * four 16-byte parameter loads per vector of x (LayerNorm) outweighed the
  * held layout on short rows (register tile -> held, bf16/w32, % of copy:

@@ -64,7 +64,8 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
     const int want_c = nv > 0 ? expect_cluster(nv, u_cl, &cta) : 0;
     const int clustered = streamed && cc >= 9 && cols * x_bytes > FN_PLAN_STREAM_FWD_BYTES && want_c > 0;
     if (streamed) ASSERT_EQ_INT(p.path, clustered ? FN_PATH_HELD : FN_PATH_TWO_PASS);
-    const int held = (!is_bwd && stream != FN_STREAM_NONE && !streamed && nv >= FN_PLAN_HELD_MIN_VECTORS &&
+    const int64_t min_nv = x_bytes == 4 ? FN_PLAN_HELD_F32_MIN_VECTORS : FN_PLAN_HELD_MIN_VECTORS;
+    const int held = (!is_bwd && stream != FN_STREAM_NONE && !streamed && nv >= min_nv &&
                       nv <= FN_PLAN_HELD_MAX_VECTORS) ||
                      clustered;
     ASSERT_EQ_INT(p.path == FN_PATH_HELD, held);
@@ -448,6 +449,14 @@ int main(void)
             ASSERT_EQ_INT(p.tpr, f32_bwd[i].tpr);
             ASSERT_EQ_INT(p.cluster, f32_bwd[i].cluster);
         }
+    /* The forward's fp32 rows from 128 columns (32 vectors) are held: 256 at
+     * U = 4 in 16 threads (step 70); bf16 rows of 256 (32 vectors) are not. */
+    fn_plan_problem f32_256 = {0, 256, 4, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 0, 0, 0};
+    ASSERT_EQ_INT(fn_plan_make(&f32_256).path, FN_PATH_HELD);
+    ASSERT_EQ_INT(fn_plan_make(&f32_256).ept, 16);
+    ASSERT_EQ_INT(fn_plan_make(&f32_256).tpr, 16);
+    f32_256.x_bytes = 2;
+    ASSERT_EQ_INT(fn_plan_make(&f32_256).path, FN_PATH_ROWS_IN_REGISTERS);
     /* A device without non-portable clusters (max 8): 65536 fp32 in 8 x 512. */
     fn_plan_problem f32_c8 = {1, 65536, 4, 1, 9, 8, 0, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&f32_c8).cluster, 8);
