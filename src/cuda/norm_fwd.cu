@@ -42,8 +42,12 @@ namespace fn {
  * 512 threads; the PLAIN variants ask for one resident 512-thread CTA (up to
  * 128 registers), since under the bare bound ptxas squeezed some of them into
  * 64 registers with spills (ncu: local-memory traffic in the forward). */
+/* Rows of fewer than 32 threads (TPR 8: 16-bit rows of 256 columns, 32 rows
+ * a CTA of 256 threads) are compiled for 4 CTAs per SM (64 registers). */
+__host__ __device__ constexpr bool fwd_lb_four(int tpr) { return tpr > 0 && tpr < 32; }
 template <typename TX, int VEC, int EPT, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false>
-__global__ void __launch_bounds__(512, PLAIN || SHIFT ? 1 : 0) norm_fwd_rows_in_registers(const fn_fwd_params p)
+__global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR) ? 4 : PLAIN || SHIFT ? 1 : 0)
+    norm_fwd_rows_in_registers(const fn_fwd_params p)
 {
     /* SHIFT: rows off a 16-byte boundary (odd N, odd pitches), realigned
      * (see "rows that start off a 16-byte boundary" in common.cuh): x and
@@ -760,7 +764,7 @@ static cudaError_t launch_plain(const fn_fwd_params &q, int grid, int threads, s
     auto run_time_tpr = [&] { return launch(std::integral_constant<int, 0>{}); };
     if constexpr (EPT == 32)
         if (threads == static_tpr_threads(q.tpr))
-            return with_static_tpr<32, 64, 128, 256, 512>(q.tpr, launch, run_time_tpr);
+            return with_static_tpr<8, 32, 64, 128, 256, 512>(q.tpr, launch, run_time_tpr);
     return run_time_tpr();
 }
 
