@@ -6,6 +6,7 @@
  * and replayed, and one tensor over 2^31 elements (when memory allows).
  * Exits 77 (ctest: skipped) when the build has no CUDA or no device is usable.
  */
+#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv (test_plan_knob) */
 #include "opsuite.h"
 
 #include "internal.h"
@@ -440,6 +441,31 @@ out:
 }
 #endif
 
+#if FUSEDNORM_WITH_CUDA
+/* The lab knob FUSEDNORM_PLAN_FWD / _BWD (read on every call) on rows off a
+ * 16-byte boundary. Session 13: the planner's held ODD plan carries 16-byte
+ * vectors, and the knob turned it into a register tile of 16-byte loads on
+ * those rows (misaligned address); the override now takes the problem's
+ * vector width (the scalar tile here). Aligned rows too, so that the knob
+ * still reaches the vector tile. */
+static void test_plan_knob(void)
+{
+    static const fusednorm_dtype dts[] = {FUSEDNORM_F32, FUSEDNORM_BF16};
+    setenv("FUSEDNORM_PLAN_FWD", "16,16,1", 1);
+    setenv("FUSEDNORM_PLAN_BWD", "16,16,1", 1);
+    for (int n = 0; n < 2; n++)
+        for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+            for (int misalign = 0; misalign <= 2; misalign++) {
+                th_case c = th_case_default(n ? FUSEDNORM_LAYERNORM : FUSEDNORM_RMSNORM, 37, 256, dts[d]);
+                c.bias_on = c.dbias_on = 1;
+                c.misalign = misalign;
+                th_run_case(&c, FUSEDNORM_CUDA, NULL);
+            }
+    unsetenv("FUSEDNORM_PLAN_FWD");
+    unsetenv("FUSEDNORM_PLAN_BWD");
+}
+#endif
+
 int main(void)
 {
     if (!fusednorm_cuda_available()) {
@@ -454,6 +480,7 @@ int main(void)
     test_unsupported_mix();
     test_graph_capture();
     test_over_2g_elements();
+    test_plan_knob();
     return th_finish();
 #else
     printf("SKIP: fusednorm_cuda_available() is 1 but the tests were built without CUDA\n");

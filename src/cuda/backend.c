@@ -281,9 +281,14 @@ static fusednorm_status check_device_pointer(const void *p, const char *name, in
 /* Tuning knob for the kernel lab (bench/device.sh lab): FUSEDNORM_PLAN_FWD or
  * FUSEDNORM_PLAN_BWD = "ept,tpr,cluster" replaces the planner's register plan
  * when that shape is instantiated and covers the row ("0,0,0": two-pass).
- * Not for production. */
-static void plan_override(const char *var, int is_bwd, int64_t cols, int x_bytes, fn_plan *pl)
+ * The vector width is the problem's (pb->vec_ok): a held plan of rows off a
+ * 16-byte boundary (the ODD form) carries 16-byte vectors, which the register
+ * tile must not take for those rows (a misaligned 16-byte load, found under
+ * the knob in session 13). Not for production. */
+static void plan_override(const char *var, const fn_plan_problem *pb, fn_plan *pl)
 {
+    const int is_bwd = pb->is_bwd, x_bytes = pb->x_bytes;
+    const int64_t cols = pb->cols;
     const char *v = getenv(var);
     int ept, tpr, cluster;
     if (!v || sscanf(v, "%d,%d,%d", &ept, &tpr, &cluster) != 3) return;
@@ -291,10 +296,12 @@ static void plan_override(const char *var, int is_bwd, int64_t cols, int x_bytes
         fn_plan_use_two_pass(pl, cols, x_bytes);
         return;
     }
-    if (!fn_plan_ept_allowed(is_bwd, pl->vec, ept) || tpr < 1 || tpr > 512 || (tpr > 32 && tpr % 32) ||
+    const int vec = pb->vec_ok ? 16 / x_bytes : 1;
+    if (!fn_plan_ept_allowed(is_bwd, vec, ept) || tpr < 1 || tpr > 512 || (tpr > 32 && tpr % 32) ||
         (tpr < 32 && (tpr & (tpr - 1))) || cluster < 1 || cluster > 16 || (int64_t)ept * tpr * cluster < cols)
         return;
     pl->path = FN_PATH_ROWS_IN_REGISTERS;
+    pl->vec = vec;
     pl->ept = ept;
     pl->tpr = tpr;
     pl->cluster = cluster;
@@ -351,7 +358,7 @@ static fn_plan plan_for(const fn_plan_problem *pb, const char *var, int *tpr, in
 {
     fn_plan pl = fn_plan_make(pb);
     held_override(pb, &pl);
-    plan_override(var, pb->is_bwd, pb->cols, pb->x_bytes, &pl);
+    plan_override(var, pb, &pl);
     *tpr = pl.tpr;
     *rows_per_block = pl.rows_per_block;
     *cluster = pl.cluster;
