@@ -3,7 +3,8 @@
  * required dtype mixes), GPU against the CPU backend on identical inputs,
  * an unsupported mix refused with nothing written, bitwise determinism of
  * dweight/dbias, fwd+bwd captured in a CUDA graph on a non-default stream
- * and replayed, and one tensor over 2^31 elements (when memory allows).
+ * and replayed, one tensor over 2^31 elements (when memory allows), and the
+ * lab's plan knobs on misaligned rows.
  * Exits 77 (ctest: skipped) when the build has no CUDA or no device is usable.
  */
 #define _POSIX_C_SOURCE 200112L /* setenv, unsetenv (test_plan_knob) */
