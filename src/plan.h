@@ -34,7 +34,8 @@ typedef struct fn_plan_problem {
     int x_bytes;          /* 4 or 2 */
     int vec_ok;           /* every pointer/stride allows VEC-wide 16-byte access and cols % VEC == 0 */
     int cc_major;         /* device compute capability */
-    int max_cluster;      /* largest cluster the device launches (1 without cluster support) */
+    int max_cluster;      /* largest cluster the device launches (1 without cluster support), or
+                           * less where the backend caps a call (the fp32 residual backward: 8) */
     int wide_bwd;         /* backward: the 32-element tile is launchable (16-bit x and dy of the activation
                            * dtype, staged: the backend checks shared memory); 0 leaves it out */
     int max_tpr;          /* threads per row at most (0: 512). The SHIFT kernels take 256: with their

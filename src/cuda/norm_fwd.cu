@@ -41,9 +41,11 @@ namespace fn {
 /* Register budget: the general kernel (PLAIN = 0) leaves it to ptxas under
  * 512 threads; the PLAIN variants ask for one resident 512-thread CTA (up to
  * 128 registers), since under the bare bound ptxas squeezed some of them into
- * 64 registers with spills (ncu: local-memory traffic in the forward). */
-/* Rows of fewer than 32 threads (TPR 8: 16-bit rows of 256 columns, 32 rows
- * a CTA of 256 threads) are compiled for 4 CTAs per SM (64 registers). */
+ * 64 registers with spills (ncu: local-memory traffic in the forward). Those
+ * compiled for rows of fewer than 32 threads (TPR 8: 16-bit rows of 256
+ * columns, 32 rows a CTA of 256 threads) ask for 4 CTAs per SM instead: 64
+ * registers without spills, twice the rows in flight of the run-time tpr's
+ * 104 (docs/perf.md step 75). */
 __host__ __device__ constexpr bool fwd_lb_four(int tpr) { return tpr > 0 && tpr < 32; }
 template <typename TX, int VEC, int EPT, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false>
 __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR) ? 4 : PLAIN || SHIFT ? 1 : 0)
