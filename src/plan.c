@@ -67,10 +67,12 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
      * at 131072 its cluster of 8 ran at 77.6% of copy and at 262144 its
      * cluster of 16 at 59.5%, against the column split's 39-40%. fp32
      * backward rows in CTAs of 256 threads or fewer go to 16 as well (N =
-     * 65536: 16 x 256 at 83.9% of copy against 8 x 512 at 67.1%). */
+     * 65536: 16 x 256 at 83.9% of copy against 8 x 512 at 67.1%), but not
+     * the residual call's (RMSNorm 2886 -> 2619 GB/s there; step 69). */
     const int cap = 8, wide_cap = 16;
     const int f32_bwd = pb->is_bwd && pb->x_bytes == 4;
-    const int cap_here = pb->is_bwd && (pb->wide_bwd || f32_bwd) ? wide_cap : cap;
+    const int f32_c16 = f32_bwd && pb->stream != FN_STREAM_RESIDUAL;
+    const int cap_here = pb->is_bwd && (pb->wide_bwd || f32_c16) ? wide_cap : cap;
     int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < cap_here ? pb->max_cluster : cap_here) : 1;
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
@@ -124,7 +126,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
         for (int ept = 4; ept <= 32; ept *= 2) {
             if (!fn_plan_ept_allowed(pb->is_bwd, vec, ept)) continue;
             const int wide = pb->is_bwd && ept == 32; /* see below */
-            if (wide ? !pb->wide_bwd : cluster > (f32_bwd ? wide_cap : cap)) continue;
+            if (wide ? !pb->wide_bwd : cluster > (f32_c16 ? wide_cap : cap)) continue;
             /* Powers of two below a warp (the shuffle reduction needs aligned
              * groups), then any whole number of warps up to 512. */
             const int max_tpr = pb->max_tpr > 0 && pb->max_tpr < 512 ? pb->max_tpr : 512;

@@ -34,8 +34,7 @@ typedef struct fn_plan_problem {
     int x_bytes;          /* 4 or 2 */
     int vec_ok;           /* every pointer/stride allows VEC-wide 16-byte access and cols % VEC == 0 */
     int cc_major;         /* device compute capability */
-    int max_cluster;      /* largest cluster the device launches (1 without cluster support), or
-                           * less where the backend caps a call (the fp32 residual backward: 8) */
+    int max_cluster;      /* largest cluster the device launches (1 without cluster support) */
     int wide_bwd;         /* backward: the 32-element tile is launchable (16-bit x and dy of the activation
                            * dtype, staged: the backend checks shared memory); 0 leaves it out */
     int max_tpr;          /* threads per row at most (0: 512). The SHIFT kernels take 256: with their
@@ -43,7 +42,9 @@ typedef struct fn_plan_problem {
     int stream;           /* forward: the streaming kernel can run this call (FN_STREAM_*: x, y, weight
                            * and bias of one dtype, vector access; with a residual stream of that dtype
                            * or without one); the planner takes it for rows in its range
-                           * (FN_PLAN_STREAM_FWD_*) as the two-pass path, which then streams */
+                           * (FN_PLAN_STREAM_FWD_*) as the two-pass path, which then streams.
+                           * Backward: FN_STREAM_RESIDUAL for the call with dresidual_out (its fp32
+                           * rows keep clusters of at most 8), else FN_STREAM_NONE */
     int w32;              /* forward, with stream set: the weight and bias are fp32 with 16-bit x, which
                            * the held kernel reads and the streaming kernel does not (never streamed) */
     int odd_held;         /* forward, rows off a 16-byte boundary (vec_ok 0) that the held kernel's ODD

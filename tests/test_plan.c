@@ -457,6 +457,14 @@ int main(void)
     ASSERT_EQ_INT(fn_plan_make(&f32_256).tpr, 16);
     f32_256.x_bytes = 2;
     ASSERT_EQ_INT(fn_plan_make(&f32_256).path, FN_PATH_ROWS_IN_REGISTERS);
+    /* The fp32 residual call keeps clusters of 8 (65536 in 8 x 512) and
+     * takes 256-thread CTAs below them (16384 in 4 x 256). */
+    fn_plan_problem f32_res = {1, 65536, 4, 1, 9, 16, 0, 0, FN_STREAM_RESIDUAL, 0, 0, 0};
+    ASSERT_EQ_INT(fn_plan_make(&f32_res).cluster, 8);
+    ASSERT_EQ_INT(fn_plan_make(&f32_res).tpr, 512);
+    f32_res.cols = 16384;
+    ASSERT_EQ_INT(fn_plan_make(&f32_res).cluster, 4);
+    ASSERT_EQ_INT(fn_plan_make(&f32_res).tpr, 256);
     /* A device without non-portable clusters (max 8): 65536 fp32 in 8 x 512. */
     fn_plan_problem f32_c8 = {1, 65536, 4, 1, 9, 8, 0, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&f32_c8).cluster, 8);

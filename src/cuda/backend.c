@@ -630,11 +630,10 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
                          tensor_shift_ok(&a->dresidual_out, act) && tensor_shift_ok(&a->dx, act) &&
                          tensor_shift_ok(&a->dresidual, act) && vector_vec_ok(a->weight.data);
     /* SHIFT: no 32-element tile (fn_bwd_shift_fits), CTAs of at most 256 threads (plan.h).
-     * Clusters up to 16, but 8 for an fp32 residual call: at N = 65536 its 16 CTAs of
-     * 256 threads lost to 8 of 512 (RMSNorm 2886 -> 2619 GB/s; docs/perf.md step 69). */
-    const int bwd_max_cluster = x_bytes == 4 && a->dresidual_out.data ? 8 : 16;
-    fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, bwd_max_cluster,
-                          shift_ok ? 0 : fn_bwd_wide_fits(p), shift_ok ? 256 : 0, 0, 0, 0, p->is_ln};
+     * stream: the residual call (its fp32 rows keep clusters of 8, plan.c). */
+    fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16,
+                          shift_ok ? 0 : fn_bwd_wide_fits(p), shift_ok ? 256 : 0,
+                          a->dresidual_out.data ? FN_STREAM_RESIDUAL : FN_STREAM_NONE, 0, 0, p->is_ln};
     fn_plan *pl = &st->plan;
     /* Rows off a 16-byte boundary whose activations all sit at x's offset
      * within 16 bytes in each row (odd N of contiguous tensors, odd pitches,
