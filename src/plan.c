@@ -101,8 +101,17 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
             fn_plan_use_held_odd(&best, pb->cols, pb->x_bytes, u))
             return best;
     }
-    /* fn_plan_streams: a forward of the streaming kernel's call, not w32 */
-    if (pb->vec_ok && pb->cc_major >= 9 && fn_plan_streams(pb) && pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_BYTES) {
+    /* fn_plan_streams: a forward of the streaming kernel's call, not w32.
+     * The residual call's streamed rows are held over a cluster past 32 KiB
+     * (FN_PLAN_STREAM_FWD_RES_BYTES): streamed, 64 KiB ran at 76% of copy
+     * against 84% for the clustered rows past it. Held over a cluster
+     * (GB/s, RMSNorm / LayerNorm): bf16 32768 +11.1 / +12.3%, fp32 16384
+     * +12.1 / +13.4%; 48 KiB bf16 +2.9 / -1.1%, fp32 +2.6 / +3.4%; 32 KiB
+     * (bf16 16384, fp32 8192) -2 / -3%, which stay streamed (docs/perf.md
+     * step 79). */
+    if (pb->vec_ok && pb->cc_major >= 9 && fn_plan_streams(pb) &&
+        (pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_BYTES ||
+         (pb->stream == FN_STREAM_RESIDUAL && pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_RES_BYTES))) {
         const int u = pb->stream == FN_STREAM_RESIDUAL ? 4 : 8;
         const int most = pb->max_cluster < FN_PLAN_HELD_MAX_CLUSTER ? pb->max_cluster : FN_PLAN_HELD_MAX_CLUSTER;
         const int small = most < FN_PLAN_HELD_SMALL_CTA_MAX_CLUSTER ? most : FN_PLAN_HELD_SMALL_CTA_MAX_CLUSTER;
@@ -174,6 +183,23 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
                 }
             }
         }
+    }
+    /* The fp32 backward's rows of 9216..12288 columns (not the residual
+     * call), which the search above puts in 2 CTAs of 288..384 threads: at
+     * about 128 registers a thread an SM keeps one such CTA (9-12 warps),
+     * where it keeps three of 160 threads (15 warps) or two of 256 (16).
+     * H200, GB/s, RMSNorm / LayerNorm, 2 x 288..384 -> this: 9216 3294 / 2846
+     * -> 3860 / 3632 (4 x 160), 10240 3477 / 3200 -> 4033 / 3976 (4 x 160),
+     * 11008 3560 / 3261 -> 3795 / 3206 (3 x 256: LayerNorm keeps 2 x 352 to
+     * 11264), 12000 3643 / 3344 -> 3961 / 3445 (3 x 256), 12288 3715 / 3546 ->
+     * 4013 / 3583 (3 x 256); docs/perf.md step 80. A cluster of 3 CTAs is
+     * taken nowhere else; other lengths were not measured this way. */
+    if (best.path == FN_PATH_ROWS_IN_REGISTERS && f32_c16 && vec == 4 && max_cluster >= 4 &&
+        pb->cols >= FN_PLAN_F32_BWD_RESIDENT_MIN_COLS && pb->cols <= FN_PLAN_F32_BWD_RESIDENT_MAX_COLS &&
+        !(pb->is_ln && pb->cols > 10240 && pb->cols <= 11264)) {
+        best.ept = 16;
+        best.tpr = pb->cols <= 10240 ? 160 : 256;
+        best.cluster = pb->cols <= 10240 ? 4 : 3;
     }
     if (best.path == FN_PATH_ROWS_IN_REGISTERS) {
         /* Short rows share a CTA of 256 threads (several rows per CTA). */
