@@ -5,7 +5,7 @@
 # bench/torch_compare.py when present). Full logs go to $OUT; a short table
 # is printed last.
 #
-#   bench/device.sh [stage ...]    stages: build tests lab ab ncu sanitize bench peers python multigpu
+#   bench/device.sh [stage ...]    stages: build tests lab ab ncu sanitize bench targets peers python multigpu
 #                                  (default: build tests sanitize bench peers)
 #   env: BUILD (default build-dev; bench/devbin.sh builds .devbin here to carry, bench/devvar.sh
 #        builds branches' CLI and test_cuda_ops into .devvar/<name>), QUICK=1 (fewer bench shapes);
@@ -257,6 +257,32 @@ if has bench; then
   for m in 512 4096 32768 131072; do
     "$FN" bench --backend cuda --norm rms --dtype bf16 --rows $m --cols 2048,8192 --pass bwd --atomic
   done >"$OUT/bench_atomic.txt" 2>"$OUT/bench_atomic.err"
+fi
+
+if has targets; then
+  # Every performance target of perf-targets.md in one run: RMSNorm, LayerNorm
+  # and RMSNorm + residual, bf16 and fp32, forward and backward, N = 256 ..
+  # 262144 at the targets' M (32768, or 2^30 / N from 65536); deterministic
+  # against atomic dweight at M = 512 .. 131072. bench/targets.py writes the
+  # matrix (% of copy, '*' short) and the list of short cases, each against a
+  # copy of its own bytes too (copy_by_size, when the build has it).
+  log "targets"
+  COLS=${TARGET_COLS:-256,1024,2048,4096,8192,16384,32768,65536,131072,262144}
+  "$FN" bench --backend cuda --norm rms,ln --dtype bf16,f32 --cols $COLS --pass both \
+    --csv "$OUT/targets_norm.csv" >"$OUT/targets_norm.txt" 2>"$OUT/targets_norm.err"
+  "$FN" bench --backend cuda --norm rms --residual --dtype bf16,f32 --cols $COLS --pass both \
+    --csv "$OUT/targets_res.csv" >"$OUT/targets_res.txt" 2>"$OUT/targets_res.err"
+  for m in 512 4096 32768 131072; do
+    "$FN" bench --backend cuda --norm rms --dtype bf16,f32 --rows $m --cols 2048,8192 --pass bwd --atomic \
+      --csv "$OUT/targets_atomic_$m.csv" >>"$OUT/targets_atomic.txt" 2>>"$OUT/targets_atomic.err"
+  done
+  # a copy of each case's own bytes (short problems cannot reach the 1 GiB copy's rate)
+  cbs=
+  if [ -x "$BUILD/copy_by_size" ]; then
+    "$BUILD/copy_by_size" >"$OUT/copy_by_size.txt" 2>&1 && cbs="--copy-by-size $OUT/copy_by_size.txt"
+  fi
+  python3 bench/targets.py "$OUT"/targets_*.csv $cbs >"$OUT/targets.md" 2>&1
+  echo "targets: $(grep -m1 'targets met' "$OUT/targets.md")" | tee -a "$SUMMARY"
 fi
 
 if has python && [ -d tests/python ]; then

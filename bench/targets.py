@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Where every performance target of ../shared/docs/perf-targets.md stands, from
+`fusednorm bench --csv` files of one run on the GPU (bench/device.sh targets).
+
+Targets (GB/s, bytes as perf-targets.md counts them), checked as the share of
+the copy bandwidth they are of the 4.27 TB/s copy perf-targets.md quotes,
+against the copy bandwidth measured in the same run:
+  forward   3900 for 1024 <= N <= 262144, 3000 at N = 256
+  backward  3700 for 2048 <= N <= 262144, 3000 at N = 1024, 2000 at N = 256
+            (deterministic dweight; the atomic rows are reported apart)
+The best alternative of perf-targets.md (measured there, not in this run) is
+shown where it has one for the case; bench/torch_compare.py measures PyTorch's
+in the same run.
+
+    python3 bench/targets.py targets_norm.csv targets_res.csv [--copy-by-size FILE]
+
+Output: one matrix per pass (rows: norm, residual, dtype; columns: N; cells:
+% of copy, '*' where short of the target), then every short case with its
+GB/s, target and shortfall. With --copy-by-size (the output of the
+copy_by_size program of the same run), each short case also gets the GB/s a
+device-to-device copy of its own bytes reaches (interpolated in log size):
+a short problem moves too few bytes for the large copy's rate.
+"""
+import bisect
+import csv
+import math
+import sys
+
+COPY_REF = 4270.0  # GB/s: the copy bandwidth of perf-targets.md's H200
+
+# perf-targets.md, "What the alternatives reach today" (bf16 unless noted, M = 32768)
+BEST_ALT = {
+    ("rms", "-", "bf16"): {256: (2221, 380), 1024: (3648, 1199), 2048: (3660, 1675), 4096: (4029, 3017),
+                           8192: (4105, 2700), 16384: (4227, 3648), 32768: (3654, 1500), 65536: (2950, 1832),
+                           131072: (2779, 1827), 262144: (2739, 1802)},
+    ("ln", "-", "bf16"): {1024: (3623, 943), 4096: (3767, 2915), 8192: (4123, 2982)},
+    ("rms", "res", "bf16"): {1024: (3073, 1453), 4096: (4136, 2651), 8192: (4157, 3692)},
+    ("rms", "-", "f32"): {1024: (3933, 3418), 4096: (4247, 3877), 8192: (4294, 3961)},
+}
+
+
+def target(pas, n):
+    """The target in GB/s of pass pas at N = n, or None."""
+    if pas == "fwd":
+        if n == 256:
+            return 3000.0
+        if 1024 <= n <= 262144:
+            return 3900.0
+    elif pas == "bwd":
+        if n == 256:
+            return 2000.0
+        if n == 1024:
+            return 3000.0
+        if 2048 <= n <= 262144:
+            return 3700.0
+    return None
+
+
+def load(paths):
+    rows = []
+    for path in paths:
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                if r.get("backend") != "cuda" or r.get("ok", "1") != "1":
+                    continue
+                rows.append(r)
+    return rows
+
+
+def load_copy_by_size(path):
+    """[(bytes moved, GB/s)] from copy_by_size's output, by size."""
+    points = []
+    with open(path) as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) == 3 and fields[0].isdigit():
+                points.append((2.0 * int(fields[0]) * (1 << 20), float(fields[2])))
+    return sorted(points)
+
+
+def copy_at(points, moved):
+    """The copy GB/s at moved bytes: log-linear between the measured sizes,
+    the nearest one past either end."""
+    sizes = [p[0] for p in points]
+    i = bisect.bisect_left(sizes, moved)
+    if i == 0:
+        return points[0][1]
+    if i == len(points):
+        return points[-1][1]
+    (a, ga), (b, gb) = points[i - 1], points[i]
+    t = (math.log(moved) - math.log(a)) / (math.log(b) - math.log(a))
+    return ga + t * (gb - ga)
+
+
+def main(argv):
+    copy_points = []
+    if "--copy-by-size" in argv:
+        i = argv.index("--copy-by-size")
+        if i + 1 >= len(argv):
+            print("targets: --copy-by-size needs a file", file=sys.stderr)
+            return 2
+        copy_points = load_copy_by_size(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
+    paths = [a for a in argv if not a.startswith("--")]
+    if not paths:
+        print(__doc__.strip())
+        return 2
+    rows = load(paths)
+    if not rows:
+        print("targets: no CUDA rows in " + ", ".join(paths), file=sys.stderr)
+        return 1
+    cases = {}  # (pass, norm, res, dtype) -> {n: (gbps, pct, copy)}: the targets' shapes
+    pairs = {}  # (norm, res, dtype, rows, cols) -> {pass: gbps}: deterministic against atomic
+    for r in rows:
+        res = {"0": "-", "1": "res", "2": "res-nodr"}.get(r["residual"], r["residual"])
+        m, n = int(r["rows"]), int(r["cols"])
+        if r["pass"].startswith("bwd"):
+            pairs.setdefault((r["norm"], res, r["dtype"], m, n), {})[r["pass"]] = float(r["gbps"])
+        if m != (32768 if n < 65536 else (1 << 30) // n):  # the targets' M (perf-targets.md)
+            continue
+        key = (r["pass"], r["norm"], res, r["dtype"])
+        cases[key] = cases.get(key, {})
+        cases[key][n] = (float(r["gbps"]), float(r["pct_copy"]), float(r["copy_gbps"]), float(r["bytes"]))
+    copies = sorted(float(r["copy_gbps"]) for r in rows)
+    print("copy bandwidth measured in the run: %.0f-%.0f GB/s; targets as %% of %.0f GB/s (perf-targets.md)"
+          % (copies[0], copies[-1], COPY_REF))
+    short = []
+    met = total = 0
+    for pas in ("fwd", "bwd", "bwd-atomic"):
+        keys = sorted(k for k in cases if k[0] == pas)
+        if not keys:
+            continue
+        ns = sorted({n for k in keys for n in cases[k]})
+        print()
+        print("| %s | " % pas + " | ".join(str(n) for n in ns) + " |")
+        print("| --- | " + " | ".join("---:" for _ in ns) + " |")
+        for k in keys:
+            cells = []
+            for n in ns:
+                if n not in cases[k]:
+                    cells.append("")
+                    continue
+                gbps, pct, copy, moved = cases[k][n]
+                t = target(pas, n) if pas != "bwd-atomic" else None
+                mark = ""
+                if t is not None:
+                    total += 1
+                    need = 100.0 * t / COPY_REF
+                    if pct + 1e-9 >= need:
+                        met += 1
+                    else:
+                        mark = "*"
+                        alt = BEST_ALT.get(k[1:], {}).get(n)
+                        alt_v = None if alt is None else alt[0 if pas == "fwd" else 1]
+                        short.append((k, n, gbps, pct, t, need, alt_v, moved))
+                cells.append("%.1f%s" % (pct, mark))
+            print("| " + label(k) + " | " + " | ".join(cells) + " |")
+    print()
+    print("%d of %d targets met (%% of copy; '*' short)" % (met, total))
+    if short:
+        print()
+        same = " same-size copy GB/s | % of it |" if copy_points else ""
+        print("| pass | case | N | GB/s | % of copy | target % | short by (points) |" + same +
+              " perf-targets' best alternative GB/s |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if copy_points else "") + " ---: |")
+        for k, n, gbps, pct, t, need, alt, moved in short:
+            extra = ""
+            if copy_points:
+                c = copy_at(copy_points, moved)
+                extra = " %.0f | %.1f |" % (c, 100.0 * gbps / c)
+            print("| %s | %s | %d | %.0f | %.1f | %.1f | %.1f |%s %s |"
+                  % (k[0], label(k), n, gbps, pct, need, need - pct, extra,
+                     "-" if alt is None else "%d%s" % (alt, " (ahead)" if gbps >= alt else " (behind)")))
+    atomic = sorted(k for k, v in pairs.items() if "bwd" in v and "bwd-atomic" in v)
+    if atomic:
+        print()
+        print("Deterministic against atomic dweight (backward GB/s; the target: deterministic within 3% of"
+              " atomic wherever atomic is faster)")
+        print()
+        print("| case | M | N | deterministic | atomic | det / atomic | within target |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+        for k in atomic:
+            d, a = pairs[k]["bwd"], pairs[k]["bwd-atomic"]
+            ok = "yes" if d >= 0.97 * a else "NO"
+            print("| %s | %d | %d | %.0f | %.0f | %.3f | %s |" % (label(("",) + k[:3]), k[3], k[4], d, a, d / a, ok))
+    return 0
+
+
+def label(k):
+    """norm dtype [res]: the case of key (pass, norm, res, dtype)."""
+    return " ".join(x for x in (k[1], k[3], "" if k[2] == "-" else k[2]) if x)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
