@@ -263,7 +263,8 @@ if has targets; then
   # Every performance target of perf-targets.md in one run: RMSNorm, LayerNorm
   # and RMSNorm + residual, bf16 and fp32, forward and backward, N = 256 ..
   # 262144 at the targets' M (32768, or 2^30 / N from 65536); deterministic
-  # against atomic dweight at M = 512 .. 131072. bench/targets.py writes the
+  # against atomic dweight at M = 512 .. 131072; small problems (M * N = 2^20)
+  # against the launch floor. bench/targets.py writes the
   # matrix (% of copy, '*' short) and the list of short cases, each against a
   # copy of its own bytes too (copy_by_size, when the build has it).
   log "targets"
@@ -276,13 +277,23 @@ if has targets; then
     "$FN" bench --backend cuda --norm rms --dtype bf16,f32 --rows $m --cols 2048,8192 --pass bwd --atomic \
       --csv "$OUT/targets_atomic_$m.csv" >>"$OUT/targets_atomic.txt" 2>>"$OUT/targets_atomic.err"
   done
-  # a copy of each case's own bytes (short problems cannot reach the 1 GiB copy's rate)
-  cbs=
+  # small problems (M * N = 2^20): within 2 us of the launch floor
+  for mn in 4096:256 1024:1024 256:4096 64:16384; do
+    "$FN" bench --backend cuda --norm rms,ln --dtype bf16,f32 --rows ${mn%:*} --cols ${mn#*:} --pass both \
+      --csv "$OUT/targets_small_${mn%:*}.csv" >>"$OUT/targets_small.txt" 2>>"$OUT/targets_small.err"
+  done
+  # a copy of each case's own bytes (short problems cannot reach the 1 GiB copy's rate),
+  # and the launch floor
+  extra=
   if [ -x "$BUILD/copy_by_size" ]; then
-    "$BUILD/copy_by_size" >"$OUT/copy_by_size.txt" 2>&1 && cbs="--copy-by-size $OUT/copy_by_size.txt"
+    "$BUILD/copy_by_size" >"$OUT/copy_by_size.txt" 2>&1 && extra="--copy-by-size $OUT/copy_by_size.txt"
   fi
-  python3 bench/targets.py "$OUT"/targets_*.csv $cbs >"$OUT/targets.md" 2>&1
-  echo "targets: $(grep -m1 'targets met' "$OUT/targets.md")" | tee -a "$SUMMARY"
+  if [ -x "$BUILD/launch_floor" ]; then
+    "$BUILD/launch_floor" >"$OUT/launch_floor.txt" 2>&1 && extra="$extra --launch-floor $OUT/launch_floor.txt"
+  fi
+  python3 bench/targets.py "$OUT"/targets_*.csv $extra >"$OUT/targets.md" 2>&1
+  echo "targets: $(grep -m1 'targets met' "$OUT/targets.md"); $(grep -m1 'small problems within' "$OUT/targets.md")" |
+    tee -a "$SUMMARY"
 fi
 
 if has python && [ -d tests/python ]; then

@@ -12,14 +12,18 @@ The best alternative of perf-targets.md (measured there, not in this run) is
 shown where it has one for the case; bench/torch_compare.py measures PyTorch's
 in the same run.
 
-    python3 bench/targets.py targets_norm.csv targets_res.csv [--copy-by-size FILE]
+    python3 bench/targets.py targets_*.csv [--copy-by-size FILE] [--launch-floor FILE]
 
 Output: one matrix per pass (rows: norm, residual, dtype; columns: N; cells:
 % of copy, '*' where short of the target), then every short case with its
 GB/s, target and shortfall. With --copy-by-size (the output of the
 copy_by_size program of the same run), each short case also gets the GB/s a
 device-to-device copy of its own bytes reaches (interpolated in log size):
-a short problem moves too few bytes for the large copy's rate.
+a short problem moves too few bytes for the large copy's rate. Rows of small
+problems (M * N <= 2^20 elements) make a table of their own: median time
+against the launch latency floor (--launch-floor: the output of the
+launch_floor program of the same run; the target: within 2 us of one launch;
+the deterministic backward is two launches, whose floor is shown too).
 """
 import bisect
 import csv
@@ -92,15 +96,36 @@ def copy_at(points, moved):
     return ga + t * (gb - ga)
 
 
+def load_launch_floor(path):
+    """(one launch, two launches) in us from launch_floor's output, or None."""
+    with open(path) as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) == 3 and fields[0] == "launch_floor_us":
+                return float(fields[1]), float(fields[2])
+    return None
+
+
+SMALL_ELEMENTS = 1 << 20  # perf-targets.md: small problems are M * N <= 1M elements
+SMALL_SLACK_US = 2.0
+
+
+def option(argv, name):
+    """(value of --name FILE or None, argv without it); exits on a missing value."""
+    if name not in argv:
+        return None, argv
+    i = argv.index(name)
+    if i + 1 >= len(argv):
+        print("targets: %s needs a file" % name, file=sys.stderr)
+        sys.exit(2)
+    return argv[i + 1], argv[:i] + argv[i + 2:]
+
+
 def main(argv):
-    copy_points = []
-    if "--copy-by-size" in argv:
-        i = argv.index("--copy-by-size")
-        if i + 1 >= len(argv):
-            print("targets: --copy-by-size needs a file", file=sys.stderr)
-            return 2
-        copy_points = load_copy_by_size(argv[i + 1])
-        argv = argv[:i] + argv[i + 2:]
+    copy_file, argv = option(argv, "--copy-by-size")
+    floor_file, argv = option(argv, "--launch-floor")
+    copy_points = load_copy_by_size(copy_file) if copy_file else []
+    floor = load_launch_floor(floor_file) if floor_file else None
     paths = [a for a in argv if not a.startswith("--")]
     if not paths:
         print(__doc__.strip())
@@ -109,13 +134,17 @@ def main(argv):
     if not rows:
         print("targets: no CUDA rows in " + ", ".join(paths), file=sys.stderr)
         return 1
-    cases = {}  # (pass, norm, res, dtype) -> {n: (gbps, pct, copy)}: the targets' shapes
+    small = []  # rows of small problems: (pass, norm, res, dtype, m, n, us)
+    cases = {}  # (pass, norm, res, dtype) -> {n: (gbps, pct, copy, bytes)}: the targets' shapes
     pairs = {}  # (norm, res, dtype, rows, cols) -> {pass: gbps}: deterministic against atomic
     for r in rows:
         res = {"0": "-", "1": "res", "2": "res-nodr"}.get(r["residual"], r["residual"])
         m, n = int(r["rows"]), int(r["cols"])
         if r["pass"].startswith("bwd"):
             pairs.setdefault((r["norm"], res, r["dtype"], m, n), {})[r["pass"]] = float(r["gbps"])
+        if m * n <= SMALL_ELEMENTS:
+            small.append((r["pass"], r["norm"], res, r["dtype"], m, n, float(r["median_us"])))
+            continue
         if m != (32768 if n < 65536 else (1 << 30) // n):  # the targets' M (perf-targets.md)
             continue
         key = (r["pass"], r["norm"], res, r["dtype"])
@@ -171,6 +200,29 @@ def main(argv):
             print("| %s | %s | %d | %.0f | %.1f | %.1f | %.1f |%s %s |"
                   % (k[0], label(k), n, gbps, pct, need, need - pct, extra,
                      "-" if alt is None else "%d%s" % (alt, " (ahead)" if gbps >= alt else " (behind)")))
+    if small:
+        print()
+        if floor:
+            print("Small problems (M * N <= 2^20): median time against the launch floor (one empty launch"
+                  " %.2f us, two %.2f us); the target: within %.0f us of one launch" % (floor[0], floor[1], SMALL_SLACK_US))
+        else:
+            print("Small problems (M * N <= 2^20): median time (no launch floor given: --launch-floor)")
+        print()
+        print("| pass | case | M | N | us | over one launch (us) | over the pass's launches (us) | within target |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
+        within = 0
+        for pas, norm, res, dt, m, n, us in sorted(small):
+            if floor:
+                launches = floor[1] if pas == "bwd" else floor[0]  # the deterministic backward: rows + finalize
+                ok = us <= floor[0] + SMALL_SLACK_US
+                within += ok
+                print("| %s | %s | %d | %d | %.2f | %.2f | %.2f | %s |"
+                      % (pas, label((pas, norm, res, dt)), m, n, us, us - floor[0], us - launches, "yes" if ok else "NO"))
+            else:
+                print("| %s | %s | %d | %d | %.2f | - | - | - |" % (pas, label((pas, norm, res, dt)), m, n, us))
+        if floor:
+            print()
+            print("%d of %d small problems within %.0f us of one launch" % (within, len(small), SMALL_SLACK_US))
     atomic = sorted(k for k, v in pairs.items() if "bwd" in v and "bwd-atomic" in v)
     if atomic:
         print()
