@@ -195,11 +195,12 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
      * 4013 / 3583 (3 x 256); docs/perf.md step 80. A cluster of 3 CTAs is
      * taken nowhere else; other lengths were not measured this way. */
     if (best.path == FN_PATH_ROWS_IN_REGISTERS && f32_c16 && vec == 4 && max_cluster >= 4 &&
-        pb->cols >= FN_PLAN_F32_BWD_RESIDENT_MIN_COLS && pb->cols <= FN_PLAN_F32_BWD_RESIDENT_MAX_COLS &&
-        !(pb->is_ln && pb->cols > 10240 && pb->cols <= 11264)) {
-        best.ept = 16;
-        best.tpr = pb->cols <= 10240 ? 160 : 256;
-        best.cluster = pb->cols <= 10240 ? 4 : 3;
+        pb->cols >= FN_PLAN_F32_BWD_RESIDENT_MIN_COLS && pb->cols <= FN_PLAN_F32_BWD_RESIDENT_MAX_COLS) {
+        if (pb->cols <= 4 * 160 * 16) { /* what 4 x 160 covers */
+            best.ept = 16, best.tpr = 160, best.cluster = 4;
+        } else if (!pb->is_ln || pb->cols > 2 * 352 * 16) { /* LayerNorm keeps 2 x 352 where it covers */
+            best.ept = 16, best.tpr = 256, best.cluster = 3;
+        }
     }
     if (best.path == FN_PATH_ROWS_IN_REGISTERS) {
         /* Short rows share a CTA of 256 threads (several rows per CTA). */

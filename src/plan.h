@@ -189,17 +189,17 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  * 56.9 -> 48.7), where RMSNorm gained (57.7 -> 62.9, 60.6 -> 64.4, 62.2 ->
  * 70.9). The launch asks for load-balancing cluster scheduling (step 56:
  * bf16 RMSNorm 1.02-1.12x, LayerNorm 1.00-1.06x). */
-/* The fp32 backward's rows that take 16 x 160 x 4 (to 10240 columns) or
- * 16 x 256 x 3 (a cluster of 3), more CTAs resident per SM than the
- * search's 2 x 288..384 (plan.c, docs/perf.md step 80). */
-#define FN_PLAN_F32_BWD_RESIDENT_MIN_COLS 9216
-#define FN_PLAN_F32_BWD_RESIDENT_MAX_COLS 12288
-
 #define FN_PLAN_HELD_SMALL_CTA_THREADS 256
 #define FN_PLAN_HELD_SMALL_CTA_MAX_CLUSTER 8
 #define FN_PLAN_HELD_CLUSTER_CTA_THREADS 512
 #define FN_PLAN_HELD_MAX_CLUSTER 16
 #define FN_FWD_LN_MAX_CLUSTER 8
+
+/* The fp32 backward's rows that take 16 x 160 x 4 (to 10240 columns) or
+ * 16 x 256 x 3 (a cluster of 3), more CTAs resident per SM than the
+ * search's 2 x 288..384 (plan.c, docs/perf.md step 80). */
+#define FN_PLAN_F32_BWD_RESIDENT_MIN_COLS 9216
+#define FN_PLAN_F32_BWD_RESIDENT_MAX_COLS 12288
 
 /* Turns pl into the clustered held plan (see above) with u vectors per
  * thread and CTAs of at most cta_threads threads (a multiple of 32, <= 512):
