@@ -266,12 +266,14 @@ if has targets; then
   # against atomic dweight at M = 512 .. 131072; small problems (M * N = 2^20)
   # against the launch floor. bench/targets.py writes the
   # matrix (% of copy, '*' short) and the list of short cases, each against a
-  # copy of its own bytes too (copy_by_size, when the build has it).
+  # copy of its own bytes too (the bench's --same-size-copy; copy_by_size's
+  # curve of copy bandwidth by size goes with it).
   log "targets"
   COLS=${TARGET_COLS:-256,1024,2048,4096,8192,16384,32768,65536,131072,262144}
-  "$FN" bench --backend cuda --norm rms,ln --dtype bf16,f32 --cols $COLS --pass both \
+  # --same-size-copy: each case against a copy of its own bytes as well
+  "$FN" bench --backend cuda --norm rms,ln --dtype bf16,f32 --cols $COLS --pass both --same-size-copy \
     --csv "$OUT/targets_norm.csv" >"$OUT/targets_norm.txt" 2>"$OUT/targets_norm.err"
-  "$FN" bench --backend cuda --norm rms --residual --dtype bf16,f32 --cols $COLS --pass both \
+  "$FN" bench --backend cuda --norm rms --residual --dtype bf16,f32 --cols $COLS --pass both --same-size-copy \
     --csv "$OUT/targets_res.csv" >"$OUT/targets_res.txt" 2>"$OUT/targets_res.err"
   for m in 512 4096 32768 131072; do
     "$FN" bench --backend cuda --norm rms --dtype bf16,f32 --rows $m --cols 2048,8192 --pass bwd --atomic \
@@ -280,7 +282,7 @@ if has targets; then
   # small problems (M * N = 2^20): within 2 us of the launch floor
   for mn in 4096:256 1024:1024 256:4096 64:16384; do
     "$FN" bench --backend cuda --norm rms,ln --dtype bf16,f32 --rows ${mn%:*} --cols ${mn#*:} --pass both \
-      --csv "$OUT/targets_small_${mn%:*}.csv" >>"$OUT/targets_small.txt" 2>>"$OUT/targets_small.err"
+      --same-size-copy --csv "$OUT/targets_small_${mn%:*}.csv" >>"$OUT/targets_small.txt" 2>>"$OUT/targets_small.err"
   done
   # a copy of each case's own bytes (short problems cannot reach the 1 GiB copy's rate),
   # and the launch floor

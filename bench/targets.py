@@ -16,10 +16,12 @@ in the same run.
 
 Output: one matrix per pass (rows: norm, residual, dtype; columns: N; cells:
 % of copy, '*' where short of the target), then every short case with its
-GB/s, target and shortfall. With --copy-by-size (the output of the
-copy_by_size program of the same run), each short case also gets the GB/s a
-device-to-device copy of its own bytes reaches (interpolated in log size):
-a short problem moves too few bytes for the large copy's rate. Rows of small
+GB/s, target and shortfall, and the GB/s a device-to-device copy of its own
+bytes reaches: the bench's own measurement (`fusednorm bench
+--same-size-copy`, CSV column same_copy_gbps) where the CSV has it, else
+from --copy-by-size (the output of the copy_by_size program of the same run,
+interpolated in log size). A short problem moves too few bytes for the large
+copy's rate. Rows of small
 problems (M * N <= 2^20 elements) make a table of their own: median time
 against the launch latency floor (--launch-floor: the output of the
 launch_floor program of the same run; the target: within 2 us of one launch;
@@ -149,7 +151,9 @@ def main(argv):
             continue
         key = (r["pass"], r["norm"], res, r["dtype"])
         cases[key] = cases.get(key, {})
-        cases[key][n] = (float(r["gbps"]), float(r["pct_copy"]), float(r["copy_gbps"]), float(r["bytes"]))
+        same = r.get("same_copy_gbps") or ""
+        cases[key][n] = (float(r["gbps"]), float(r["pct_copy"]), float(r["copy_gbps"]), float(r["bytes"]),
+                         float(same) if same else None)
     copies = sorted(float(r["copy_gbps"]) for r in rows)
     print("copy bandwidth measured in the run: %.0f-%.0f GB/s; targets as %% of %.0f GB/s (perf-targets.md)"
           % (copies[0], copies[-1], COPY_REF))
@@ -169,7 +173,7 @@ def main(argv):
                 if n not in cases[k]:
                     cells.append("")
                     continue
-                gbps, pct, copy, moved = cases[k][n]
+                gbps, pct, copy, moved, same = cases[k][n]
                 t = target(pas, n) if pas != "bwd-atomic" else None
                 mark = ""
                 if t is not None:
@@ -181,22 +185,23 @@ def main(argv):
                         mark = "*"
                         alt = BEST_ALT.get(k[1:], {}).get(n)
                         alt_v = None if alt is None else alt[0 if pas == "fwd" else 1]
-                        short.append((k, n, gbps, pct, t, need, alt_v, moved))
+                        if same is None and copy_points:
+                            same = copy_at(copy_points, moved)
+                        short.append((k, n, gbps, pct, t, need, alt_v, same))
                 cells.append("%.1f%s" % (pct, mark))
             print("| " + label(k) + " | " + " | ".join(cells) + " |")
     print()
     print("%d of %d targets met (%% of copy; '*' short)" % (met, total))
     if short:
         print()
-        same = " same-size copy GB/s | % of it |" if copy_points else ""
-        print("| pass | case | N | GB/s | % of copy | target % | short by (points) |" + same +
-              " perf-targets' best alternative GB/s |")
-        print("| --- | --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if copy_points else "") + " ---: |")
-        for k, n, gbps, pct, t, need, alt, moved in short:
+        with_same = any(c[7] is not None for c in short)
+        print("| pass | case | N | GB/s | % of copy | target % | short by (points) |" +
+              (" same-size copy GB/s | % of it |" if with_same else "") + " perf-targets' best alternative GB/s |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if with_same else "") + " ---: |")
+        for k, n, gbps, pct, t, need, alt, same in short:
             extra = ""
-            if copy_points:
-                c = copy_at(copy_points, moved)
-                extra = " %.0f | %.1f |" % (c, 100.0 * gbps / c)
+            if with_same:
+                extra = " - | - |" if same is None else " %.0f | %.1f |" % (same, 100.0 * gbps / same)
             print("| %s | %s | %d | %.0f | %.1f | %.1f | %.1f |%s %s |"
                   % (k[0], label(k), n, gbps, pct, need, need - pct, extra,
                      "-" if alt is None else "%d%s" % (alt, " (ahead)" if gbps >= alt else " (behind)")))

@@ -15,6 +15,9 @@
  * LayerNorm runs with a bias (as torch.nn.LayerNorm does), RMSNorm without.
  * The backward gets rstd/mean from one untimed forward, and computes the
  * deterministic dweight; --atomic adds the FUSEDNORM_ATOMIC_DWEIGHT variant.
+ * --same-size-copy also times, after each case, a copy of as many bytes
+ * (half read, half written), the same way: a short problem cannot reach the
+ * large copy's rate, and this says how far a copy of its size gets.
  */
 #include "cli.h"
 
@@ -46,7 +49,8 @@ void bench_help(FILE *out)
     fprintf(out,
             "usage: fusednorm bench [--backend cpu|cuda] [--norm rms|ln] [--dtype f32|f16|bf16|...]\n"
             "                       [--rows M] [--cols N,...] [--residual [--no-dresidual]]\n"
-            "                       [--pass fwd|bwd|both] [--atomic] [--iters K] [--warmup K] [--csv FILE]\n"
+            "                       [--pass fwd|bwd|both] [--atomic] [--same-size-copy] [--iters K]\n"
+            "                       [--warmup K] [--csv FILE]\n"
             "\n"
             "Times fusednorm_fwd / fusednorm_bwd and reports, per case, the median time, the\n"
             "GB/s of the bytes the pass must move and the %% of the copy bandwidth measured\n"
@@ -68,6 +72,10 @@ void bench_help(FILE *out)
             "                        the residual's dtype is x's); shown as res 'nodr', CSV 2\n"
             "  --pass fwd|bwd|both   default both\n"
             "  --atomic              also time the backward with FUSEDNORM_ATOMIC_DWEIGHT\n"
+            "  --same-size-copy      after each case, time a copy of the same bytes (half read,\n"
+            "                        half written) the same way, and add its GB/s and the\n"
+            "                        case's %% of it (column %%same): short problems cannot\n"
+            "                        reach the copy bandwidth of the large copy\n"
             "  --iters K             timed launches per case (default: cuda 100, cpu 7)\n"
             "  --warmup K            untimed launches before them (default: cuda 10, cpu 1;\n"
             "                        0 under compute-sanitizer, where each launch is slow)\n"
@@ -118,6 +126,9 @@ int bench_parse(int argc, char **argv, bench_options *o)
         } else if (!strcmp(opt, "--atomic")) {
             cli_option_flag(&it, opt);
             o->atomic = 1;
+        } else if (!strcmp(opt, "--same-size-copy")) {
+            cli_option_flag(&it, opt);
+            o->same_copy = 1;
         } else if (!strcmp(opt, "--iters")) {
             o->iters = (int)cli_parse_positive("bench", opt, cli_option_value(&it, opt), 1000000);
         } else if (!strcmp(opt, "--warmup")) {
@@ -146,6 +157,7 @@ typedef struct bench_row {
     const char *pass; /* "fwd", "bwd", "bwd-atomic" */
     double bytes, seconds;
     int ok;
+    double copy_seconds; /* --same-size-copy: a copy of the same bytes; 0: not measured */
 } bench_row;
 
 static double fwd_bytes(int64_t M, int64_t N, size_t a, size_t p, int residual, int ln)
@@ -161,6 +173,20 @@ static double bwd_bytes(int64_t M, int64_t N, size_t a, size_t p, int residual, 
 }
 
 static int launch_fwd(void *ctx) { return cli_check_status(fusednorm_fwd(ctx), "fusednorm_fwd"); }
+
+/* --same-size-copy: one copy of bytes from src to dst. */
+typedef struct copy_ctx {
+    fusednorm_backend backend;
+    void *dst;
+    const void *src;
+    size_t bytes;
+} copy_ctx;
+
+static int launch_copy(void *ctx)
+{
+    const copy_ctx *c = ctx;
+    return dev_copy(c->backend, c->dst, c->src, c->bytes);
+}
 static int launch_bwd(void *ctx) { return cli_check_status(fusednorm_bwd(ctx), "fusednorm_bwd"); }
 
 static int64_t default_rows(fusednorm_backend b, int64_t cols)
@@ -208,6 +234,26 @@ static void progress_done(const bench_row *r)
         fprintf(stderr, "FAILED\n");
 }
 
+/* --same-size-copy: times a copy of r->bytes (half read, half written) as
+ * the case was timed, into r->copy_seconds; a failed allocation or copy
+ * leaves it 0 (the case's own numbers stand) and says so. */
+static void time_same_copy(const run_state *st, bench_row *r)
+{
+    copy_ctx c = {st->backend, NULL, NULL, (size_t)(r->bytes / 2)};
+    void *src = NULL;
+    if (c.bytes == 0 || dev_alloc(st->backend, &src, c.bytes) || dev_alloc(st->backend, &c.dst, c.bytes) ||
+        dev_fill_bytes(st->backend, src, 0x5a, c.bytes) || dev_fill_bytes(st->backend, c.dst, 0, c.bytes) ||
+        (c.src = src, dev_time_median(st->backend, launch_copy, &c, st->warmup, st->iters, &r->copy_seconds)))
+        r->copy_seconds = 0;
+    if (r->copy_seconds > 0)
+        fprintf(stderr, "    copy of the same bytes: %.2f us, %.1f GB/s\n", r->copy_seconds * 1e6,
+                r->bytes / r->copy_seconds * 1e-9);
+    else
+        fprintf(stderr, "    copy of the same bytes: not measured (allocation or copy failed)\n");
+    dev_free(st->backend, c.dst);
+    dev_free(st->backend, src);
+}
+
 /* Sets up one (norm, dtype, shape) and times the requested passes into rows[]. */
 static int bench_group(run_state *st, const bench_options *o, fusednorm_norm norm, int dtype_choice, int64_t M,
                        int64_t N, bench_row *out, int *nout)
@@ -224,7 +270,7 @@ static int bench_group(run_state *st, const bench_options *o, fusednorm_norm nor
     void *dy = NULL, *dres = NULL, *gx = NULL, *gres = NULL, *gw = NULL, *gb = NULL, *ws = NULL;
     void *staging = malloc(mat ? mat : 1);
     int rc = -1;
-    bench_row base = {norm, dt, w32, M, N, res, ln, NULL, 0, 0, 0};
+    bench_row base = {norm, dt, w32, M, N, res, ln, NULL, 0, 0, 0, 0};
     int want = (o->run_fwd ? 1 : 0) + (o->run_bwd ? 1 + (o->atomic ? 1 : 0) : 0);
 
     if (!staging) {
@@ -263,6 +309,7 @@ static int bench_group(run_state *st, const bench_options *o, fusednorm_norm nor
         progress(st, &row);
         row.ok = dev_time_median(b, launch_fwd, &fa, st->warmup, st->iters, &row.seconds) == 0;
         progress_done(&row);
+        if (row.ok && o->same_copy) time_same_copy(st, &row);
         out[(*nout)++] = row;
         want--;
         if (!row.ok) goto fail;
@@ -317,6 +364,7 @@ static int bench_group(run_state *st, const bench_options *o, fusednorm_norm nor
         progress(st, &row);
         row.ok = dev_time_median(b, launch_bwd, &ba, st->warmup, st->iters, &row.seconds) == 0;
         progress_done(&row);
+        if (row.ok && o->same_copy) time_same_copy(st, &row);
         out[(*nout)++] = row;
         want--;
         if (!row.ok) goto fail;
@@ -391,26 +439,34 @@ int bench_run(const bench_options *opts)
     printf("# fusednorm bench on %s (%s); copy bandwidth %.1f GB/s (%.0f MiB copy, read + written); "
            "median of %d launches\n",
            dev_backend_name(o.backend), device, copy_bps * 1e-9, (double)copy_size / (1 << 20), st.iters);
-    printf("%-4s %-8s %8s %8s %-5s %-10s %12s %10s %7s\n", "norm", "dtype", "rows", "cols", "res", "pass", "time_us",
-           "GB/s", "%copy");
+    printf("%-4s %-8s %8s %8s %-5s %-10s %12s %10s %7s%s\n", "norm", "dtype", "rows", "cols", "res", "pass", "time_us",
+           "GB/s", "%copy", o.same_copy ? "   %same" : "");
     if (csv)
         fprintf(csv, "backend,device,norm,dtype,rows,cols,residual,bias,pass,iters,bytes,median_us,gbps,"
-                     "copy_gbps,pct_copy,ok\n");
+                     "copy_gbps,pct_copy,ok,same_copy_gbps,pct_same_copy\n");
     for (int i = 0; i < nrows; i++) {
         const bench_row *r = &rows[i];
         double gbps = r->ok ? r->bytes / r->seconds * 1e-9 : 0.0, pct = r->ok ? 100.0 * gbps / (copy_bps * 1e-9) : 0.0;
+        /* --same-size-copy: the copy of the same bytes, and this case's % of it */
+        const int same = r->ok && r->copy_seconds > 0;
+        const double same_gbps = same ? r->bytes / r->copy_seconds * 1e-9 : 0.0;
+        char same_cell[16] = "", same_csv[48] = ","; /* CSV: two empty fields when not measured */
+        if (o.same_copy && same) snprintf(same_cell, sizeof same_cell, " %7.1f", 100.0 * gbps / same_gbps);
+        else if (o.same_copy) snprintf(same_cell, sizeof same_cell, " %7s", "-");
+        if (same) snprintf(same_csv, sizeof same_csv, "%.2f,%.2f", same_gbps, 100.0 * gbps / same_gbps);
         if (r->ok)
-            printf("%-4s %-8s %8lld %8lld %-5s %-10s %12.2f %10.1f %7.1f\n", norm_short(r->norm),
+            printf("%-4s %-8s %8lld %8lld %-5s %-10s %12.2f %10.1f %7.1f%s\n", norm_short(r->norm),
                    dtype_label(r), (long long)r->rows, (long long)r->cols, res_label(r->residual), r->pass,
-                   r->seconds * 1e6, gbps, pct);
+                   r->seconds * 1e6, gbps, pct, same_cell);
         else
-            printf("%-4s %-8s %8lld %8lld %-5s %-10s %12s %10s %7s\n", norm_short(r->norm), dtype_label(r),
-                   (long long)r->rows, (long long)r->cols, res_label(r->residual), r->pass, "FAILED", "-", "-");
+            printf("%-4s %-8s %8lld %8lld %-5s %-10s %12s %10s %7s%s\n", norm_short(r->norm), dtype_label(r),
+                   (long long)r->rows, (long long)r->cols, res_label(r->residual), r->pass, "FAILED", "-", "-",
+                   same_cell);
         if (csv)
-            fprintf(csv, "%s,\"%s\",%s,%s,%lld,%lld,%d,%d,%s,%d,%.0f,%.3f,%.2f,%.2f,%.2f,%d\n",
+            fprintf(csv, "%s,\"%s\",%s,%s,%lld,%lld,%d,%d,%s,%d,%.0f,%.3f,%.2f,%.2f,%.2f,%d,%s\n",
                     dev_backend_name(o.backend), device, norm_short(r->norm), dtype_label(r),
                     (long long)r->rows, (long long)r->cols, r->residual, r->bias, r->pass, st.iters, r->bytes,
-                    r->seconds * 1e6, gbps, copy_bps * 1e-9, pct, r->ok);
+                    r->seconds * 1e6, gbps, copy_bps * 1e-9, pct, r->ok, same_csv);
     }
     free(rows);
     if (csv && fclose(csv) != 0) {

@@ -90,6 +90,9 @@ int dev_time_median(fusednorm_backend b, dev_launch_fn launch, void *ctx, int wa
                     double *median_seconds);
 /* Copy bandwidth (bytes read + written per second, median). */
 int dev_copy_bandwidth(fusednorm_backend b, double *bytes_per_second, size_t *copy_bytes);
+/* One copy of bytes from src to dst on the backend (CUDA: device to device on
+ * the stream dev_time_median times; CPU: the threaded memcpy), for timing. */
+int dev_copy(fusednorm_backend b, void *dst, const void *src, size_t bytes);
 
 void dev_print_info(FILE *out);
 /* One line naming the hardware: "NVIDIA H200, 132 SMs" / "CPU, 2 OpenMP threads". */
@@ -107,6 +110,7 @@ int cuda_fill_bytes(void *p, int byte, size_t bytes);
 int cuda_synchronize(void);
 int cuda_time_median(dev_launch_fn launch, void *ctx, int warmup, int iters, double *median_seconds);
 int cuda_copy_bandwidth(double *bytes_per_second, size_t *copy_bytes);
+int cuda_copy(void *dst, const void *src, size_t bytes);
 void cuda_describe(char *buf, size_t len);
 #endif
 
@@ -134,6 +138,7 @@ typedef struct bench_options {
     int ncols;
     int residual;
     int run_fwd, run_bwd, atomic;
+    int same_copy;                /* also time a copy of each case's bytes (--same-size-copy) */
     int iters;                    /* 0: the backend's default */
     int warmup;                   /* -1: the backend's default */
     const char *csv_path;

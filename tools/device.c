@@ -116,6 +116,16 @@ int dev_fill_bytes(fusednorm_backend b, void *p, int byte, size_t bytes)
     return 0;
 }
 
+int dev_copy(fusednorm_backend b, void *dst, const void *src, size_t bytes)
+{
+#if FUSEDNORM_WITH_CUDA
+    if (b == FUSEDNORM_CUDA) return cuda_copy(dst, src, bytes);
+#endif
+    (void)b;
+    parallel_memcpy(dst, src, bytes);
+    return 0;
+}
+
 int dev_synchronize(fusednorm_backend b)
 {
 #if FUSEDNORM_WITH_CUDA

@@ -95,6 +95,12 @@ int cuda_fill_bytes(void *p, int byte, size_t bytes)
     return cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize") ? 0 : -1;
 }
 
+int cuda_copy(void *dst, const void *src, size_t bytes)
+{
+    /* the default stream, as cuda_time_median's events and the library's calls */
+    return cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0), "cudaMemcpyAsync") ? 0 : -1;
+}
+
 int cuda_synchronize(void) { return cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize") ? 0 : -1; }
 
 /* The L2 flush buffer, made once per process for the current device. */

@@ -81,6 +81,20 @@ def test_copy_by_size_interpolation(tmp_path):
     assert "| 2000 | 75.0 |" in out
 
 
+def test_the_bench_measurement_of_a_same_size_copy_comes_first(tmp_path):
+    p = tmp_path / "copy.txt"
+    p.write_text("       16      12.38     2000.0\n       64      35.52     4000.0\n")
+    r = row("fwd", 256, 50.0, gbps=1500.0)
+    r["same_copy_gbps"], r["pct_same_copy"] = 2500.0, 60.0
+    FIELDS.extend(["same_copy_gbps", "pct_same_copy"])
+    try:
+        rc, out = run(tmp_path, [r], "--copy-by-size", p)
+    finally:
+        del FIELDS[-2:]
+    assert rc == 0
+    assert "| 2500 | 60.0 |" in out  # the bench's measurement, not the interpolated 2000
+
+
 def test_small_problems_against_the_launch_floor(tmp_path):
     p = tmp_path / "floor.txt"
     p.write_text("launch_floor_us 2.50 4.00\n")
