@@ -173,6 +173,7 @@ static double bwd_bytes(int64_t M, int64_t N, size_t a, size_t p, int residual, 
 }
 
 static int launch_fwd(void *ctx) { return cli_check_status(fusednorm_fwd(ctx), "fusednorm_fwd"); }
+static int launch_bwd(void *ctx) { return cli_check_status(fusednorm_bwd(ctx), "fusednorm_bwd"); }
 
 /* --same-size-copy: one copy of bytes from src to dst. */
 typedef struct copy_ctx {
@@ -187,7 +188,6 @@ static int launch_copy(void *ctx)
     const copy_ctx *c = ctx;
     return dev_copy(c->backend, c->dst, c->src, c->bytes);
 }
-static int launch_bwd(void *ctx) { return cli_check_status(fusednorm_bwd(ctx), "fusednorm_bwd"); }
 
 static int64_t default_rows(fusednorm_backend b, int64_t cols)
 {
@@ -239,19 +239,23 @@ static void progress_done(const bench_row *r)
  * leaves it 0 (the case's own numbers stand) and says so. */
 static void time_same_copy(const run_state *st, bench_row *r)
 {
-    copy_ctx c = {st->backend, NULL, NULL, (size_t)(r->bytes / 2)};
-    void *src = NULL;
-    if (c.bytes == 0 || dev_alloc(st->backend, &src, c.bytes) || dev_alloc(st->backend, &c.dst, c.bytes) ||
-        dev_fill_bytes(st->backend, src, 0x5a, c.bytes) || dev_fill_bytes(st->backend, c.dst, 0, c.bytes) ||
-        (c.src = src, dev_time_median(st->backend, launch_copy, &c, st->warmup, st->iters, &r->copy_seconds)))
-        r->copy_seconds = 0;
+    const fusednorm_backend b = st->backend;
+    const size_t bytes = (size_t)(r->bytes / 2);
+    void *src = NULL, *dst = NULL;
+    r->copy_seconds = 0;
+    /* both written first: on the CPU the pages then belong to the threads that copy */
+    if (bytes > 0 && !dev_alloc(b, &src, bytes) && !dev_alloc(b, &dst, bytes) && !dev_fill_bytes(b, src, 0x5a, bytes) &&
+        !dev_fill_bytes(b, dst, 0, bytes)) {
+        copy_ctx c = {b, dst, src, bytes};
+        if (dev_time_median(b, launch_copy, &c, st->warmup, st->iters, &r->copy_seconds)) r->copy_seconds = 0;
+    }
     if (r->copy_seconds > 0)
         fprintf(stderr, "    copy of the same bytes: %.2f us, %.1f GB/s\n", r->copy_seconds * 1e6,
                 r->bytes / r->copy_seconds * 1e-9);
     else
         fprintf(stderr, "    copy of the same bytes: not measured (allocation or copy failed)\n");
-    dev_free(st->backend, c.dst);
-    dev_free(st->backend, src);
+    dev_free(b, dst);
+    dev_free(b, src);
 }
 
 /* Sets up one (norm, dtype, shape) and times the requested passes into rows[]. */
