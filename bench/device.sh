@@ -266,7 +266,7 @@ if has targets; then
   # against atomic dweight at M = 512 .. 131072; small problems (M * N = 2^20)
   # against the launch floor. bench/targets.py writes the
   # matrix (% of copy, '*' short) and the list of short cases, each against a
-  # copy of its own bytes too (the bench's --same-size-copy; copy_by_size's
+  # copy of its own bytes too (the bench's --same-size-copy; device_floors'
   # curve of copy bandwidth by size goes with it).
   log "targets"
   COLS=${TARGET_COLS:-256,1024,2048,4096,8192,16384,32768,65536,131072,262144}
@@ -284,14 +284,11 @@ if has targets; then
     "$FN" bench --backend cuda --norm rms,ln --dtype bf16,f32 --rows ${mn%:*} --cols ${mn#*:} --pass both \
       --same-size-copy --csv "$OUT/targets_small_${mn%:*}.csv" >>"$OUT/targets_small.txt" 2>>"$OUT/targets_small.err"
   done
-  # a copy of each case's own bytes (short problems cannot reach the 1 GiB copy's rate),
-  # and the launch floor
+  # copies of 4 MiB .. 1 GiB (short problems cannot reach the 1 GiB copy's rate)
+  # and the launch floor, one file for both of targets.py's readings
   extra=
-  if [ -x "$BUILD/copy_by_size" ]; then
-    "$BUILD/copy_by_size" >"$OUT/copy_by_size.txt" 2>&1 && extra="--copy-by-size $OUT/copy_by_size.txt"
-  fi
-  if [ -x "$BUILD/launch_floor" ]; then
-    "$BUILD/launch_floor" >"$OUT/launch_floor.txt" 2>&1 && extra="$extra --launch-floor $OUT/launch_floor.txt"
+  if [ -x "$BUILD/device_floors" ] && "$BUILD/device_floors" >"$OUT/device_floors.txt" 2>&1; then
+    extra="--copy-by-size $OUT/device_floors.txt --launch-floor $OUT/device_floors.txt"
   fi
   python3 bench/targets.py "$OUT"/targets_*.csv $extra >"$OUT/targets.md" 2>&1
   echo "targets: $(grep -m1 'targets met' "$OUT/targets.md"); $(grep -m1 'small problems within' "$OUT/targets.md")" |

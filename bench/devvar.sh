@@ -35,12 +35,10 @@ for ref in "$@"; do
   fi
   rm -rf ".devvar/$name" && mkdir -p ".devvar/$name"
   cp "$wt/build/fusednorm" "$wt/build/test_cuda_ops" ".devvar/$name/"
-  # the targets stage's helpers, where the ref has them (bench/copy_by_size.cu, launch_floor.cu)
-  for t in copy_by_size launch_floor; do
-    if [ -f "$wt/bench/$t.cu" ] && cmake --build "$wt/build" --target $t >>"$wt/build.log" 2>&1; then
-      cp "$wt/build/$t" ".devvar/$name/"
-    fi
-  done
+  # the targets stage's helper, where the ref has it (bench/device_floors.cu)
+  if [ -f "$wt/bench/device_floors.cu" ] && cmake --build "$wt/build" --target device_floors >>"$wt/build.log" 2>&1; then
+    cp "$wt/build/device_floors" ".devvar/$name/"
+  fi
   git -C "$wt" rev-parse HEAD >".devvar/$name/commit"
   git worktree remove --force "$wt"
 done

@@ -19,12 +19,12 @@ Output: one matrix per pass (rows: norm, residual, dtype; columns: N; cells:
 GB/s, target and shortfall, and the GB/s a device-to-device copy of its own
 bytes reaches: the bench's own measurement (`fusednorm bench
 --same-size-copy`, CSV column same_copy_gbps) where the CSV has it, else
-from --copy-by-size (the output of the copy_by_size program of the same run,
-interpolated in log size). A short problem moves too few bytes for the large
+from --copy-by-size (the copy lines of the device_floors program of the same
+run, interpolated in log size). A short problem moves too few bytes for the large
 copy's rate. Rows of small
 problems (M * N <= 2^20 elements) make a table of their own: median time
 against the launch latency floor (--launch-floor: the output of the
-launch_floor program of the same run; the target: within 2 us of one launch;
+device_floors program of the same run; the target: within 2 us of one launch;
 the deterministic backward is two launches, whose floor is shown too).
 """
 import bisect
@@ -74,7 +74,7 @@ def load(paths):
 
 
 def load_copy_by_size(path):
-    """[(bytes moved, GB/s)] from copy_by_size's output, by size."""
+    """[(bytes moved, GB/s)] from device_floors' copy lines, by size."""
     points = []
     with open(path) as f:
         for line in f:
@@ -99,7 +99,7 @@ def copy_at(points, moved):
 
 
 def load_launch_floor(path):
-    """(one launch, two launches) in us from launch_floor's output, or None."""
+    """(one launch, two launches) in us from device_floors' launch_floor_us line, or None."""
     with open(path) as f:
         for line in f:
             fields = line.split()

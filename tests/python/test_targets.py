@@ -114,3 +114,12 @@ def test_deterministic_against_atomic(tmp_path):
     assert rc == 0
     assert "| rms bf16 | 4096 | 2048 | 1000 | 1020 | 0.980 | yes |" in out
     assert "| rms bf16 | 4096 | 8192 | 1000 | 1040 | 0.962 | NO |" in out
+
+
+def test_one_device_floors_file_feeds_both_readings(tmp_path):
+    # device_floors prints the copy lines, then the launch floor: each reader takes its own lines
+    p = tmp_path / "floors.txt"
+    p.write_text("     MiB         us       GB/s\n       16      12.38     2000.0\n       64      35.52     4000.0\n"
+                 "launch_floor_us 2.50 4.00\n")
+    assert targets.load_copy_by_size(str(p)) == [(2.0 * 16 * (1 << 20), 2000.0), (2.0 * 64 * (1 << 20), 4000.0)]
+    assert targets.load_launch_floor(str(p)) == (2.5, 4.0)
