@@ -137,7 +137,7 @@ def main(argv):
         print("targets: no CUDA rows in " + ", ".join(paths), file=sys.stderr)
         return 1
     small = []  # rows of small problems: (pass, norm, res, dtype, m, n, us)
-    cases = {}  # (pass, norm, res, dtype) -> {n: (gbps, pct, copy, bytes)}: the targets' shapes
+    cases = {}  # (pass, norm, res, dtype) -> {n: (gbps, pct, bytes, same-size copy gbps)}: the targets' shapes
     pairs = {}  # (norm, res, dtype, rows, cols) -> {pass: gbps}: deterministic against atomic
     for r in rows:
         res = {"0": "-", "1": "res", "2": "res-nodr"}.get(r["residual"], r["residual"])
@@ -150,10 +150,9 @@ def main(argv):
         if m != (32768 if n < 65536 else (1 << 30) // n):  # the targets' M (perf-targets.md)
             continue
         key = (r["pass"], r["norm"], res, r["dtype"])
-        cases[key] = cases.get(key, {})
         same = r.get("same_copy_gbps") or ""
-        cases[key][n] = (float(r["gbps"]), float(r["pct_copy"]), float(r["copy_gbps"]), float(r["bytes"]),
-                         float(same) if same else None)
+        cases.setdefault(key, {})[n] = (float(r["gbps"]), float(r["pct_copy"]), float(r["bytes"]),
+                                        float(same) if same else None)
     copies = sorted(float(r["copy_gbps"]) for r in rows)
     print("copy bandwidth measured in the run: %.0f-%.0f GB/s; targets as %% of %.0f GB/s (perf-targets.md)"
           % (copies[0], copies[-1], COPY_REF))
@@ -173,7 +172,7 @@ def main(argv):
                 if n not in cases[k]:
                     cells.append("")
                     continue
-                gbps, pct, copy, moved, same = cases[k][n]
+                gbps, pct, moved, same = cases[k][n]
                 t = target(pas, n) if pas != "bwd-atomic" else None
                 mark = ""
                 if t is not None:
