@@ -257,18 +257,31 @@ int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u)
     return 1;
 }
 
-int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int is_ln)
+/* The ODD tile's plan for at most max_cluster CTAs a row, 0 where none. */
+static int bwd_odd_plan(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int max_cluster, int is_ln)
 {
     const int vec = 16 / x_bytes;
-    const fn_plan_problem pb = {1, cols / vec * vec, x_bytes, 1, cc_major, 1, 0, 0, 0, 0, 0, is_ln};
+    const fn_plan_problem pb = {1, cols / vec * vec, x_bytes, 1, cc_major, max_cluster, 0, 0, 0, 0, 0, is_ln};
     fn_plan o = fn_plan_make(&pb);
     /* a lane for each head and tail element (at most 2 * (vec - 1) = 14) */
     _Static_assert(FN_PLAN_BWD_ODD_MIN_TPR >= 2 * (16 / 2 - 1), "the ODD tile's edge lanes");
-    if (o.path != FN_PATH_ROWS_IN_REGISTERS || o.cluster != 1 || o.tpr < FN_PLAN_BWD_ODD_MIN_TPR) return 0;
+    if (o.path != FN_PATH_ROWS_IN_REGISTERS || o.tpr < FN_PLAN_BWD_ODD_MIN_TPR) return 0;
     o.rows_per_block = 1;
     o.threads = o.tpr;
     *pl = o;
     return 1;
+}
+
+int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int max_cluster, int is_ln)
+{
+    /* One CTA a row wherever one holds it: fp32 8193 in 2 x 256 measured
+     * 0.93-0.94x of 1 x 512 (session 15). Past that a cluster, of at most 4
+     * CTAs for 16-bit rows: bf16 65537 in 8 x 512 measured 0.73-0.88x of
+     * two-pass, 12289 (2 x 384) 1.43-1.49x, 32769 (4 x 512) 1.24-1.36x;
+     * fp32 12289..65537 (3..16 CTAs) 1.04-1.52x (docs/perf.md step 82). */
+    if (bwd_odd_plan(pl, cols, x_bytes, cc_major, 1, is_ln)) return 1;
+    const int most = x_bytes == 2 ? FN_PLAN_BWD_ODD_MAX_CLUSTER_16 : max_cluster;
+    return bwd_odd_plan(pl, cols, x_bytes, cc_major, most < max_cluster ? most : max_cluster, is_ln);
 }
 
 int fn_plan_use_held_cluster(fn_plan *pl, int64_t cols, int x_bytes, int u, int cta_threads, int max_cluster)

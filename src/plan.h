@@ -264,13 +264,16 @@ int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u);
 /* The backward of rows off a 16-byte boundary (odd N, odd pitches, offset
  * pointers; the backend checks that every activation sits at x's offset
  * within 16 bytes in each row): the register tile's ODD form, planned as an
- * aligned row of the whole vectors (cols / vec) without clusters or the
- * 32-element tile, one row per CTA (threads = tpr) of at least
- * FN_PLAN_BWD_ODD_MIN_TPR threads. 0 (pl untouched) where that plan is not
+ * aligned row of the whole vectors (cols / vec) without the 32-element tile,
+ * one row per CTA (threads = tpr) of at least FN_PLAN_BWD_ODD_MIN_TPR
+ * threads: in one CTA where that holds the row, otherwise over a cluster of
+ * up to max_cluster CTAs (FN_PLAN_BWD_ODD_MAX_CLUSTER_16 for 16-bit rows; the
+ * edge elements on its first CTA). 0 (pl untouched) where that plan is not
  * the rows path or its rows take fewer threads; the SHIFT tile or two-pass
  * then. */
 #define FN_PLAN_BWD_ODD_MIN_TPR 32
-int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int is_ln);
+#define FN_PLAN_BWD_ODD_MAX_CLUSTER_16 4
+int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int max_cluster, int is_ln);
 
 /* Always succeeds: falls back to FN_PATH_TWO_PASS when no register plan fits. */
 fn_plan fn_plan_make(const fn_plan_problem *pb);

@@ -642,10 +642,10 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     const fusednorm_tensor *const bwd_acts[] = {&a->dy, &a->dx, &a->dresidual_out, &a->dresidual};
     const int odd_call = !vec_ok && bwd_odd_enabled() && a->x.dtype == act && odd_phase(&a->x, x_bytes, bwd_acts, 4);
     fn_plan odd_plan;
-    if (odd_call && fn_plan_bwd_odd(&odd_plan, a->cols, x_bytes, df.cc_major, p->is_ln)) {
+    if (odd_call && fn_plan_bwd_odd(&odd_plan, a->cols, x_bytes, df.cc_major, 16, p->is_ln)) {
         p->tpr = odd_plan.tpr;
         p->rows_per_block = 1;
-        p->cluster = 1;
+        p->cluster = odd_plan.cluster;
         p->odd = fn_bwd_odd_fits(p, odd_plan.vec, odd_plan.ept, odd_plan.threads);
     }
     if (p->odd)
@@ -709,16 +709,17 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
             clusters = groups / 4;
         if (clusters < 1) clusters = 1;
         st->grid = (int)(grid_cap(clusters) * pl->cluster);
-        if (p->odd && groups > st->grid) {
-            /* ODD: each CTA's rows (cid, cid + grid, ...) at one offset within
-             * 16 bytes: the grid a multiple of the rows' period m (rows m
-             * apart sit at one offset; by same_phase x's pitch serves all). */
+        if (p->odd && groups > st->grid / pl->cluster) {
+            /* ODD: each cluster's rows (cid, cid + clusters, ...) at one
+             * offset within 16 bytes: the clusters a multiple of the rows'
+             * period m (rows m apart sit at one offset; by same_phase x's
+             * pitch serves all). */
             const uint64_t pitch = (uint64_t)a->x.row_stride * (uint64_t)x_bytes;
             int m = 1;
             while (m < 16 && (pitch * (uint64_t)m) % 16) m *= 2;
-            int g = st->grid / m * m;
+            int g = st->grid / pl->cluster / m * m;
             if (g == 0) g = (int)(groups < m ? groups : m); /* the grid cap's small grids */
-            st->grid = g;
+            st->grid = g * pl->cluster;
         }
     }
     if (a->rows == 0) st->grid = 0;

@@ -114,7 +114,10 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
      * hd columns (staged, cached and accumulated as such: a thread's columns
      * stay fixed for the kernel); the hd + tl edge elements go one per lane
      * (lanes below 2 * (VEC - 1)), each staged from the 16-byte chunk that
-     * holds it, with its own dweight and dbias sums. The PLAIN variants. */
+     * holds it, with its own dweight and dbias sums. Over a cluster the body
+     * vectors split among its CTAs as an aligned row's do, the edge elements
+     * all on its first CTA (whose rows all sit at one offset: the grid's
+     * clusters a multiple of the period). The PLAIN variants. */
     static_assert(!ODD || (PIPE && PLAIN && !SHIFT && !EXACT && (TPR == 0 || TPR >= 256)),
                   "ODD: the PLAIN staged tile, one row per CTA");
     /* SHIFT: rows off a 16-byte boundary, realigned through shared memory as
@@ -157,7 +160,7 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
     int buf = 0;
     const int tpr = TPR ? TPR : p.tpr, rpb = TPR ? static_tpr_threads(TPR) / TPR : p.rows_per_block;
     const int sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
-    const int C = p.cluster;
+    const int C = p.cluster, rank = C > 1 ? (int)cluster_rank() : 0;
     const int64_t nclusters = gridDim.x / C, cid = blockIdx.x / C;
     const int64_t N = p.cols, groups = (p.rows + rpb - 1) / rpb;
     /* ODD: this CTA's split of its rows (see above); its first row is cid. */
@@ -168,7 +171,9 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
         hd = (int)(((16u - (unsigned)(a & 15u)) & 15u) / sizeof(TX));
         nb = (int)((N - hd) / VEC);
         ne = (int)(N - (int64_t)nb * VEC); /* hd + tl */
-        if (lane < hd) {
+        if (rank > 0) {
+            /* the edge elements are the first CTA's */
+        } else if (lane < hd) {
             ecol = lane;
             epos = VEC - hd + lane; /* in the chunk before the body */
         } else if (lane < ne) {
@@ -176,7 +181,7 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
             epos = lane - hd; /* in the chunk after the body */
         }
     }
-    const int64_t slice = ODD ? (int64_t)hd : (int64_t)(C > 1 ? cluster_rank() : 0) * tpr * EPT;
+    const int64_t slice = (ODD ? (int64_t)hd : 0) + (int64_t)rank * tpr * EPT;
     const float inv_n = 1.0f / (float)N;
     const bool want_w = p.dw != nullptr, want_b = PLAIN == 2 || (!PLAIN && p.db != nullptr);
     const bool wcache = PLAIN || p.wcache;
@@ -187,7 +192,8 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
     bool col_ok[K];
     #pragma unroll
     for (int k = 0; k < K; k++)
-        col_ok[k] = ODD ? k * tpr + lane < nb : (PLAIN && EXACT) || slice + ((int64_t)k * tpr + lane) * VEC < N;
+        col_ok[k] = ODD ? rank * tpr * K + k * tpr + lane < nb /* body vectors */
+                        : (PLAIN && EXACT) || slice + ((int64_t)k * tpr + lane) * VEC < N;
 
     float dw[K][VEC], db[K][VEC];
     #pragma unroll
@@ -920,7 +926,7 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
                 auto at = [&](auto tpr) {
                     return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, decltype(plain)::value,
                                                                       decltype(tpr)::value, false, false, true>,
-                                           q, grid, threads, smem, 1, stream, active);
+                                           q, grid, threads, smem, q.cluster, stream, active);
                 };
                 auto run_time_tpr = [&] { return at(std::integral_constant<int, 0>{}); };
                 if constexpr (EPT == 16)
@@ -1108,7 +1114,7 @@ extern "C" int fn_bwd_odd_fits(const fn_bwd_params *p, int vec, int ept, int thr
     size_t off;
     const int vec_wide = p->dt_dx == FN_DT_F32 ? 4 : 8;
     return vec == vec_wide && ept >= vec && ept <= 16 && threads == p->tpr && p->rows_per_block == 1 &&
-           p->cluster == 1 && p->tpr >= 2 * (vec - 1) && 2 * (vec - 1) <= fn::FN_ODD_EDGE_SLOTS &&
+           p->tpr >= 2 * (vec - 1) && 2 * (vec - 1) <= fn::FN_ODD_EDGE_SLOTS &&
            fn::bwd_odd_plain(*p) != 0 && fn::bwd_odd_smem(*p, ept, vec, threads, &off) <= (size_t)p->smem_max;
 }
 
