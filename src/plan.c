@@ -160,6 +160,18 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
                  * (N = 16384 bf16 in one CTA instead of a cluster of 2), not
                  * where 16 elements fill the row (0.10 < 0.15). */
                 if (wide) cost += 0.10;
+                /* The residual call's third staged input (dresidual_out) does
+                 * not fit beside the 32-element tile's stages: there it runs
+                 * the general kernel, dresidual_out read unstaged. Its 16-bit
+                 * RMSNorm rows of 16384..65536 take the 16-element tile over
+                 * clusters instead (H200, bf16 RMSNorm + residual, GB/s, wide
+                 * -> 16 x 512 x C: 16384 3349 -> 3641, 32768 3124 -> 3401,
+                 * 65536 2912 -> 3090; without dresidual 1.15x). Not shorter
+                 * rows (8448 0.65x, 12288 0.82x), nor LayerNorm's (0.69-0.79x
+                 * at 8448..65536): docs/perf.md steps 81-83. */
+                if (wide && pb->stream == FN_STREAM_RESIDUAL && !pb->is_ln &&
+                    pb->cols >= FN_PLAN_RES_BWD_NARROW_MIN_COLS && pb->cols <= FN_PLAN_RES_BWD_NARROW_MAX_COLS)
+                    cost += 0.50;
                 if (ept == 4 && vec < 4) cost += 0.01;
                 const int bytes = ept * pb->x_bytes, target = pb->is_bwd ? 32 : 64;
                 if (bytes < target) cost += 0.04 * log2i(target / bytes);

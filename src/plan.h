@@ -275,6 +275,11 @@ int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u);
 #define FN_PLAN_BWD_ODD_MAX_CLUSTER_16 4
 int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int max_cluster, int is_ln);
 
+/* The 16-bit RMSNorm + residual backward's rows of this many columns take the
+ * 16-element tile over clusters, not the 32-element tile (see fn_plan_make). */
+#define FN_PLAN_RES_BWD_NARROW_MIN_COLS 16384
+#define FN_PLAN_RES_BWD_NARROW_MAX_COLS 65536
+
 /* Always succeeds: falls back to FN_PATH_TWO_PASS when no register plan fits. */
 fn_plan fn_plan_make(const fn_plan_problem *pb);
 

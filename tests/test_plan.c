@@ -493,6 +493,31 @@ int main(void)
     f32_res.cols = 16384;
     ASSERT_EQ_INT(fn_plan_make(&f32_res).cluster, 4);
     ASSERT_EQ_INT(fn_plan_make(&f32_res).tpr, 256);
+    /* The 16-bit RMSNorm + residual call keeps the 16-element tile over
+     * clusters at 16384..65536 (steps 81-83); the wide tile below and past it,
+     * and for LayerNorm, as without the residual. */
+    fn_plan_problem bf16_res = {1, 16384, 2, 1, 9, 16, 1, 0, FN_STREAM_RESIDUAL, 0, 0, 0};
+    fn_plan_problem bf16_plain = bf16_res;
+    bf16_plain.stream = FN_STREAM_NONE;
+    ASSERT_EQ_INT(fn_plan_make(&bf16_res).ept, 16);
+    ASSERT_EQ_INT(fn_plan_make(&bf16_res).cluster, 2);
+    ASSERT_EQ_INT(fn_plan_make(&bf16_plain).ept, 32);
+    bf16_res.cols = bf16_plain.cols = 65536;
+    ASSERT_EQ_INT(fn_plan_make(&bf16_res).ept, 16);
+    ASSERT_EQ_INT(fn_plan_make(&bf16_res).cluster, 8);
+    ASSERT_EQ_INT(fn_plan_make(&bf16_plain).ept, 32);
+    bf16_res.cols = bf16_plain.cols = 12288;
+    ASSERT_EQ_INT(fn_plan_make(&bf16_res).ept, fn_plan_make(&bf16_plain).ept);
+    ASSERT_EQ_INT(fn_plan_make(&bf16_res).cluster, fn_plan_make(&bf16_plain).cluster);
+    bf16_res.cols = bf16_plain.cols = 131072;
+    ASSERT_EQ_INT(fn_plan_make(&bf16_res).ept, 32);
+    ASSERT_EQ_INT(fn_plan_make(&bf16_res).cluster, 8);
+    bf16_res.is_ln = bf16_plain.is_ln = 1;
+    for (int64_t c = 8448; c <= 65536; c *= 2) {
+        bf16_res.cols = bf16_plain.cols = c;
+        ASSERT_EQ_INT(fn_plan_make(&bf16_res).ept, fn_plan_make(&bf16_plain).ept);
+        ASSERT_EQ_INT(fn_plan_make(&bf16_res).cluster, fn_plan_make(&bf16_plain).cluster);
+    }
     /* A device without non-portable clusters (max 8): 65536 fp32 in 8 x 512. */
     fn_plan_problem f32_c8 = {1, 65536, 4, 1, 9, 8, 0, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&f32_c8).cluster, 8);
