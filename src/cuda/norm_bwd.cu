@@ -98,10 +98,21 @@ __device__ __forceinline__ void write_partial_row(float (&acc)[EPT / VEC][VEC], 
  * 256 holds whole) three CTAs of 192 (96 registers, no spills): bf16 3000
  * RMSNorm 3183 -> 3379 GB/s, LayerNorm 2809 -> 3010 (docs/perf.md step 65). */
 __host__ __device__ constexpr bool bwd_lb_three(int tpr, bool shift) { return !shift && tpr == 192; }
+/* LayerNorm's exact 16-bit tiles of 16 and 32 threads a row (N = 256 and
+ * 512, 16 and 8 rows in a CTA of 256) in three CTAs per SM (80 registers, no
+ * spills, x and dy held packed: PACK below): bf16 LayerNorm 256 1289 -> 1540
+ * GB/s, 512 2020 -> 2212. Not RMSNorm's (0.95-0.99x at 256..4096), nor wider
+ * rows (LayerNorm 1024 0.97x, 2048 0.99x, f16 2048 0.94x): docs/perf.md step 84. */
+__host__ __device__ constexpr bool bwd_lb_three256(int tpr, bool shift, bool exact, int plain)
+{
+    return !shift && exact && plain == 2 && (tpr == 16 || tpr == 32);
+}
 template <typename TX, int VEC, int EPT, bool PIPE, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false,
           bool ODD = false> /* see the forward */
-__global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
-                                  bwd_lb_three(TPR, SHIFT) ? 3 : PLAIN || SHIFT ? 1 : 0)
+__global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three256(TPR, SHIFT, EXACT, PLAIN) ? 256 : 512,
+                                  bwd_lb_three(TPR, SHIFT) || bwd_lb_three256(TPR, SHIFT, EXACT, PLAIN) ? 3
+                                  : PLAIN || SHIFT                                                      ? 1
+                                                                                                        : 0)
     norm_bwd_rows_in_registers(const fn_bwd_params p)
 {
     /* ODD: rows off a 16-byte boundary (odd N, odd pitches, offset pointers)
@@ -151,6 +162,10 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
      * unpacked on each pass instead, they measured no faster: docs/perf.md,
      * tuning step 22.) */
     constexpr bool HOLD = PIPE && PLAIN >= 1 && EPT <= 16;
+    /* In three CTAs per SM (80 registers) LayerNorm's tile holds x and dy as
+     * the staged 16-bit vectors and unpacks them on each pass (unpacked, it
+     * spilled 84-108 bytes). */
+    constexpr bool PACK = HOLD && sizeof(TX) == 2 && PLAIN == 2 && bwd_lb_three256(TPR, SHIFT, EXACT, PLAIN);
     __shared__ RowReduceSmem sm;
     /* Dynamic shared memory: the pipeline stages during the row loop, then
      * [rows_per_block][tpr*EPT] fp32 partials when rows_per_block > 1; the
@@ -320,7 +335,8 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
         const bool row_ok = row < p.rows;
         /* x and dy held in registers for the whole row: loaded there without
          * the pipeline; with it, unstaged once (HOLD) instead of once per pass. */
-        [[maybe_unused]] float xr[PIPE && !HOLD ? 1 : K][VEC], dyr[PIPE && !HOLD ? 1 : K][VEC];
+        [[maybe_unused]] float xr[(PIPE && !HOLD) || PACK ? 1 : K][VEC], dyr[(PIPE && !HOLD) || PACK ? 1 : K][VEC];
+        [[maybe_unused]] uint4 xpk[PACK ? K : 1], dypk[PACK ? K : 1];
         const int cur = it % STAGES;
         [[maybe_unused]] const uint4 *sx = stage + cur * per_stage + threadIdx.x;
         [[maybe_unused]] const uint4 *sy = sx + K * chx * nthr;
@@ -364,7 +380,14 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
         if constexpr (PIPE) {
             issue(g + (STAGES - 1) * nclusters, (it + STAGES - 1) % STAGES);
             cp_async_wait<STAGES - 1>();
-            if constexpr (HOLD)
+            if constexpr (PACK) {
+                #pragma unroll
+                for (int k = 0; k < K; k++) {
+                    const bool ok = row_ok && col_ok[k];
+                    xpk[k] = ok ? sx[k * chx * nthr] : make_uint4(0, 0, 0, 0);
+                    dypk[k] = ok ? sy[k * chy * nthr] : make_uint4(0, 0, 0, 0);
+                }
+            } else if constexpr (HOLD)
                 #pragma unroll
                 for (int k = 0; k < K; k++) unstage(k, xr[k], dyr[k]);
             if constexpr (ODD)
@@ -396,7 +419,10 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : 512,
         }
         /* x and dy of vector k of this row (zeros where the row or column is out of range). */
         auto fetch = [&](int k, float (&x)[VEC], float (&dy)[VEC]) {
-            if constexpr (PIPE && !HOLD) {
+            if constexpr (PACK) {
+                unpack_raw<TX, VEC>(xpk[k < K ? k : 0], x);
+                unpack_raw<TX, VEC>(dypk[k < K ? k : 0], dy);
+            } else if constexpr (PIPE && !HOLD) {
                 unstage(k, x, dy);
             } else {
                 #pragma unroll
@@ -830,7 +856,10 @@ static cudaError_t launch_plain(const fn_bwd_params &q, int grid, int threads, s
     auto run_time_tpr = [&] { return launch(std::integral_constant<int, 0>{}); };
     if constexpr ((EPT == 16 || EPT == 32) && sizeof(TX) == 2)
         if (threads == static_tpr_threads(q.tpr) && q.rows_per_block == threads / q.tpr) {
-            if constexpr (EPT == 16) return with_static_tpr<64, 128, 256, 512>(q.tpr, launch, run_time_tpr);
+            /* tpr 16 and 32 compiled for LayerNorm only (bwd_lb_three256) */
+            if constexpr (EPT == 16 && PLAIN == 2)
+                return with_static_tpr<16, 32, 64, 128, 256, 512>(q.tpr, launch, run_time_tpr);
+            else if constexpr (EPT == 16) return with_static_tpr<64, 128, 256, 512>(q.tpr, launch, run_time_tpr);
             else return with_static_tpr<512>(q.tpr, launch, run_time_tpr);
         }
     return run_time_tpr();
