@@ -383,6 +383,15 @@ static int bwd_odd_enabled(void)
     return !v || strcmp(v, "0") != 0;
 }
 
+/* Lab knob FUSEDNORM_PDL=0: the dweight finalize launched after the backward
+ * as a plain kernel, not as its programmatic dependent (to measure the one
+ * against the other). Read on every call. Not for production. */
+static int pdl_enabled(void)
+{
+    const char *v = getenv("FUSEDNORM_PDL");
+    return !v || strcmp(v, "0") != 0;
+}
+
 /* Sanitizer knob (bench/device.sh sanitize): FUSEDNORM_GRID_CAP=K keeps the
  * persistent grids to at most K CTAs (clusters), so that a small problem still
  * walks several rows per CTA and exercises the pipeline's stage reuse, the
@@ -553,6 +562,7 @@ typedef struct bwd_setup {
     size_t ws_bytes;     /* workspace the launch needs (0: none) */
     int direct_atomic_w; /* ATOMIC into an fp32 dweight itself, no workspace */
     int direct_atomic_b;
+    int dependent_finalize; /* the finalize as a programmatic dependent launch (sm_90) */
 } bwd_setup;
 
 /* Everything short of launching: shared by the workspace query and the
@@ -631,6 +641,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
                          tensor_shift_ok(&a->dresidual, act) && vector_vec_ok(a->weight.data);
     /* SHIFT: no 32-element tile (fn_bwd_shift_fits), CTAs of at most 256 threads (plan.h).
      * stream: the residual call (its fp32 rows keep clusters of 8, plan.c). */
+    st->dependent_finalize = df.cc_major >= 9 && pdl_enabled();
     fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16,
                           shift_ok ? 0 : fn_bwd_wide_fits(p), shift_ok ? 256 : 0,
                           a->dresidual_out.data ? FN_STREAM_RESIDUAL : FN_STREAM_NONE, 0, 0, p->is_ln};
@@ -826,7 +837,7 @@ fusednorm_status fn_cuda_bwd(const fusednorm_bwd_args *a)
             if (st.direct_atomic_b) fp.db = NULL;
         }
         if (a->rows == 0) fp.partials = 0;
-        err = fn_launch_dweight_finalize(&fp, a->stream);
+        err = fn_launch_dweight_finalize(&fp, st.dependent_finalize, a->stream);
     }
     guard_exit(&g);
     if (err) return cuda_fail(fn, "kernel launch", (cudaError_t)err);

@@ -434,6 +434,27 @@ __device__ __forceinline__ MeanM2 cta_allmerge(MeanM2 v, MeanM2 (&sm)[2][32], in
     return r;
 }
 
+/* Programmatic dependent launch (sm_90; no-ops elsewhere). A kernel launched
+ * with programmatic stream serialization (launch_dependent below) may start
+ * while the kernel before it in the stream still runs: grid_dependency_wait()
+ * blocks until that kernel has completed and its writes are visible, so it
+ * comes before the first read of what the kernel before wrote. The kernel
+ * before calls launch_dependents() once its CTAs no longer need to keep the
+ * next kernel's CTAs off their SMs (the backward: after its row loop), or
+ * the dependents launch as its CTAs exit. */
+__device__ __forceinline__ void grid_dependency_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void launch_dependents()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ unsigned cluster_rank()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

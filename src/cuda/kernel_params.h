@@ -80,7 +80,9 @@ int fn_launch_bwd_two_pass(const fn_bwd_params *p, int grid, int threads, void *
 /* Sum `partials` fp32 rows of the workspace in fixed order into dweight/dbias
  * (their dtype; += when accumulate). partials == 0 writes zeros (or leaves the
  * values when accumulate). */
-int fn_launch_dweight_finalize(const fn_bwd_params *p, void *stream);
+/* dependent: launched as a programmatic dependent of the kernel before it in
+ * the stream (sm_90: it may start before that kernel ends, and waits for it). */
+int fn_launch_dweight_finalize(const fn_bwd_params *p, int dependent, void *stream);
 /* Active CTAs (C == 1) or clusters (C > 1) per device for a rows kernel. */
 int fn_max_active_fwd_rows(const fn_fwd_params *p, int vec, int ept, int threads, int *count);
 int fn_max_active_bwd_rows(const fn_bwd_params *p, int vec, int ept, int threads, int *count);

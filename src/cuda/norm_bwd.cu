@@ -387,9 +387,10 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
                     xpk[k] = ok ? sx[k * chx * nthr] : make_uint4(0, 0, 0, 0);
                     dypk[k] = ok ? sy[k * chy * nthr] : make_uint4(0, 0, 0, 0);
                 }
-            } else if constexpr (HOLD)
+            } else if constexpr (HOLD) {
                 #pragma unroll
                 for (int k = 0; k < K; k++) unstage(k, xr[k], dyr[k]);
+            }
             if constexpr (ODD)
                 if (eok) {
                     if (!edge_staged(row)) { /* read here */
@@ -566,6 +567,9 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
         for (int64_t g = cid; g < groups; g += nclusters, it++) row_body(std::false_type{}, g, it);
 
     if constexpr (PIPE) cp_async_wait<0>();
+    /* The rows are done: the dweight finalize may launch (it waits for this
+     * grid's end before it reads the partial rows). */
+    launch_dependents();
     /* One partial row per cluster: first the rows of this CTA are summed in
      * fixed order (sub 0, 1, ...) through shared memory. */
     if (want_w) write_partial_row<VEC, EPT>(dw, p.ws_dw, p, subrow_partials, sub, lane, slice, cid, col_ok);
