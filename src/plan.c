@@ -76,6 +76,10 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < cap_here ? pb->max_cluster : cap_here) : 1;
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
+    /* plan.h: FN_PLAN_SMALL_BWD_* */
+    const int small_bwd = pb->is_bwd && pb->rows > 0 &&
+                          pb->cols <= (pb->x_bytes == 2 ? FN_PLAN_SMALL_BWD_MAX_COLS : FN_PLAN_SMALL_BWD_MAX_COLS_F32) &&
+                          pb->rows * pb->cols <= FN_PLAN_SMALL_BWD_ELEMENTS;
     /* Rows off a 16-byte boundary held (the held kernel's ODD form): U and
      * the shape of an aligned row of their whole vectors. Measured: docs/perf.md
      * step 59. */
@@ -134,6 +138,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {
         for (int ept = 4; ept <= 32; ept *= 2) {
             if (!fn_plan_ept_allowed(pb->is_bwd, vec, ept)) continue;
+            if (small_bwd && ept > 8) continue;
             const int wide = pb->is_bwd && ept == 32; /* see below */
             if (wide ? !pb->wide_bwd : cluster > (f32_c16 ? wide_cap : cap)) continue;
             /* Powers of two below a warp (the shuffle reduction needs aligned
@@ -146,7 +151,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
                 if (!wide && cluster > cap && tpr > 256) continue; /* fp32 backward: see cap_here */
                 double cost = (double)(coverage - pb->cols) / (double)coverage;
                 cost += 0.15 * log2i(cluster);
-                if (tpr == 512) cost += 0.05;
+                if (tpr == 512 && !small_bwd) cost += 0.05;
                 /* The fp32 backward's 512-thread CTA (16 elements a thread,
                  * one CTA per SM) lost to twice the CTAs of 256 threads over a
                  * cluster twice as large (H200, GB/s, RMSNorm / LayerNorm:
@@ -185,7 +190,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
                  * 3389, 3300 3095 -> 3443, 3600 3318 -> 3739); RMSNorm's fp32
                  * measured mixed (2304 -3%, 2600 +9%, 3600 -3%) and keeps its
                  * plans (step 67). */
-                if (pb->is_bwd && (pb->x_bytes == 2 || pb->is_ln) && ept == 8 && tpr > 256) cost += 0.25;
+                if (pb->is_bwd && (pb->x_bytes == 2 || pb->is_ln) && ept == 8 && tpr > 256 && !small_bwd) cost += 0.25;
                 if (cost < best_cost) {
                     best_cost = cost;
                     best.path = FN_PATH_ROWS_IN_REGISTERS;
@@ -273,7 +278,7 @@ int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u)
 static int bwd_odd_plan(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int max_cluster, int is_ln)
 {
     const int vec = 16 / x_bytes;
-    const fn_plan_problem pb = {1, cols / vec * vec, x_bytes, 1, cc_major, max_cluster, 0, 0, 0, 0, 0, is_ln};
+    const fn_plan_problem pb = {1, cols / vec * vec, x_bytes, 1, cc_major, max_cluster, 0, 0, 0, 0, 0, is_ln, 0};
     fn_plan o = fn_plan_make(&pb);
     /* a lane for each head and tail element (at most 2 * (vec - 1) = 14) */
     _Static_assert(FN_PLAN_BWD_ODD_MIN_TPR >= 2 * (16 / 2 - 1), "the ODD tile's edge lanes");

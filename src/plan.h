@@ -55,7 +55,23 @@ typedef struct fn_plan_problem {
                            * vectors to FN_PLAN_HELD_MAX_VECTORS */
     int is_ln;            /* backward: LayerNorm (its fp32 rows take 16 elements a thread where RMSNorm's
                            * take 8 in CTAs of more than 256 threads; see plan.c) */
+    int64_t rows;         /* backward: the row count (0: not known). Small problems (FN_PLAN_SMALL_BWD_*)
+                           * take at most 8 elements a thread, spread over more threads and CTAs */
 } fn_plan_problem;
+
+/* The backward of a small problem (rows * cols up to FN_PLAN_SMALL_BWD_ELEMENTS,
+ * 16-bit rows of up to FN_PLAN_SMALL_BWD_MAX_COLS columns, fp32 rows of up to
+ * FN_PLAN_SMALL_BWD_MAX_COLS_F32) fills less than one wave of its planned grid
+ * and is latency-bound: it takes at most 8 elements a thread, twice the
+ * threads or CTAs a row, and CTAs of 512 threads cost nothing extra (H200, M *
+ * N = 2^20, lab plans, us, RMSNorm / LayerNorm: bf16 64 x 16384 in 8 x 512 x 4
+ * 23.4 -> 18.5 / 28.1 -> 20.6; 256 x 4096 in 8 x 512 16.1 -> 14.3 / 18.5 ->
+ * 16.5; 1024 x 1024 in 8 x 128 13.1 -> 12.8 / 17.8 -> 15.4; 4096 x 256 in 8 x
+ * 32 13.0 -> 11.3 / 18.2 -> 15.5; fp32 256 x 4096 in 8 x 256 x 2 16.1 -> 14.9
+ * / 17.3 -> 16.1; docs/perf.md step 86). */
+#define FN_PLAN_SMALL_BWD_ELEMENTS (1 << 20)
+#define FN_PLAN_SMALL_BWD_MAX_COLS 16384
+#define FN_PLAN_SMALL_BWD_MAX_COLS_F32 4096
 
 typedef struct fn_plan {
     fn_path path;
