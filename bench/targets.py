@@ -136,7 +136,7 @@ def main(argv):
     if not rows:
         print("targets: no CUDA rows in " + ", ".join(paths), file=sys.stderr)
         return 1
-    small = []  # rows of small problems: (pass, norm, res, dtype, m, n, us)
+    small = []  # rows of small problems: (pass, norm, res, dtype, m, n, us, a copy of the bytes in us or None)
     cases = {}  # (pass, norm, res, dtype) -> {n: (gbps, pct, bytes, same-size copy gbps)}: the targets' shapes
     pairs = {}  # (norm, res, dtype, rows, cols) -> {pass: gbps}: deterministic against atomic
     for r in rows:
@@ -145,7 +145,12 @@ def main(argv):
         if r["pass"].startswith("bwd"):
             pairs.setdefault((r["norm"], res, r["dtype"], m, n), {})[r["pass"]] = float(r["gbps"])
         if m * n <= SMALL_ELEMENTS:
-            small.append((r["pass"], r["norm"], res, r["dtype"], m, n, float(r["median_us"])))
+            # a copy of the problem's bytes, timed the same way: the bench's own (--same-size-copy),
+            # else device_floors' curve (--copy-by-size); bytes / (GB/s * 1e3) = us
+            same = r.get("same_copy_gbps") or ""
+            copy_gbps = float(same) if same else copy_at(copy_points, float(r["bytes"])) if copy_points else None
+            copy_us = float(r["bytes"]) / (copy_gbps * 1e3) if copy_gbps else None
+            small.append((r["pass"], r["norm"], res, r["dtype"], m, n, float(r["median_us"]), copy_us))
             continue
         if m != (32768 if n < 65536 else (1 << 30) // n):  # the targets' M (perf-targets.md)
             continue
@@ -212,18 +217,21 @@ def main(argv):
         else:
             print("Small problems (M * N <= 2^20): median time (no launch floor given: --launch-floor)")
         print()
-        print("| pass | case | M | N | us | over one launch (us) | over the pass's launches (us) | within target |")
-        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
+        print("| pass | case | M | N | us | over one launch (us) | over the pass's launches (us) | within target |"
+              " a copy of its bytes (us) |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
         within = 0
-        for pas, norm, res, dt, m, n, us in sorted(small):
+        for pas, norm, res, dt, m, n, us, copy_us in sorted(small, key=lambda t: t[:7]):
+            copy = "-" if copy_us is None else "%.2f" % copy_us
             if floor:
                 launches = floor[1] if pas == "bwd" else floor[0]  # the deterministic backward: rows + finalize
                 ok = us <= floor[0] + SMALL_SLACK_US
                 within += ok
-                print("| %s | %s | %d | %d | %.2f | %.2f | %.2f | %s |"
-                      % (pas, label((pas, norm, res, dt)), m, n, us, us - floor[0], us - launches, "yes" if ok else "NO"))
+                print("| %s | %s | %d | %d | %.2f | %.2f | %.2f | %s | %s |"
+                      % (pas, label((pas, norm, res, dt)), m, n, us, us - floor[0], us - launches, "yes" if ok else "NO",
+                         copy))
             else:
-                print("| %s | %s | %d | %d | %.2f | - | - | - |" % (pas, label((pas, norm, res, dt)), m, n, us))
+                print("| %s | %s | %d | %d | %.2f | - | - | - | %s |" % (pas, label((pas, norm, res, dt)), m, n, us, copy))
         if floor:
             print()
             print("%d of %d small problems within %.0f us of one launch" % (within, len(small), SMALL_SLACK_US))

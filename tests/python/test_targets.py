@@ -102,9 +102,30 @@ def test_small_problems_against_the_launch_floor(tmp_path):
     rows = [row("fwd", 1024, 10.0, m=1024, us=4.4), row("bwd", 4096, 10.0, m=256, us=4.6)]
     rc, out = run(tmp_path, rows, "--launch-floor", p)
     assert rc == 0
-    assert "| fwd | rms bf16 | 1024 | 1024 | 4.40 | 1.90 | 1.90 | yes |" in out
-    assert "| bwd | rms bf16 | 256 | 4096 | 4.60 | 2.10 | 0.60 | NO |" in out  # the backward: two launches
+    assert "| fwd | rms bf16 | 1024 | 1024 | 4.40 | 1.90 | 1.90 | yes | - |" in out
+    assert "| bwd | rms bf16 | 256 | 4096 | 4.60 | 2.10 | 0.60 | NO | - |" in out  # the backward: two launches
     assert "1 of 2 small problems within 2 us of one launch" in out
+
+
+def test_small_problems_against_a_copy_of_their_bytes(tmp_path):
+    """The bench's own same-size copy where the CSV has it, else device_floors' curve."""
+    p = tmp_path / "floor.txt"
+    # copies of 2 MiB (4 MiB moved) at 1000 GB/s, 4 MiB at 2000: 4 MiB moved / 1000 GB/s = 4.19 us
+    p.write_text("     MiB         us       GB/s\n       2       4.19     1000.0\n       4       4.19     2000.0\n"
+                 "launch_floor_us 2.50 4.00\n")
+    rows = [row("fwd", 1024, 10.0, m=1024, us=6.0), row("bwd", 4096, 10.0, m=256, us=9.0)]
+    for r in rows:
+        r["bytes"] = str(4 << 20)
+    FIELDS.extend(["same_copy_gbps", "pct_same_copy"])
+    try:
+        rows[1]["same_copy_gbps"], rows[1]["pct_same_copy"] = "2000", "50"
+        rows[0]["same_copy_gbps"], rows[0]["pct_same_copy"] = "", ""
+        rc, out = run(tmp_path, rows, "--launch-floor", p, "--copy-by-size", p)
+    finally:
+        del FIELDS[-2:]
+    assert rc == 0
+    assert "| fwd | rms bf16 | 1024 | 1024 | 6.00 | 3.50 | 3.50 | NO | 4.19 |" in out  # the curve at 4 MiB
+    assert "| bwd | rms bf16 | 256 | 4096 | 9.00 | 6.50 | 5.00 | NO | 2.10 |" in out  # the bench's copy
 
 
 def test_deterministic_against_atomic(tmp_path):
