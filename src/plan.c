@@ -173,7 +173,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
                  * -> 16 x 512 x C: 16384 3349 -> 3641, 32768 3124 -> 3401,
                  * 65536 2912 -> 3090; without dresidual 1.15x). Not shorter
                  * rows (8448 0.65x, 12288 0.82x), nor LayerNorm's (0.69-0.79x
-                 * at 8448..65536): docs/perf.md steps 81-83. */
+                 * at 8448..65536): docs/perf.md steps 81 and 83. */
                 if (wide && pb->stream == FN_STREAM_RESIDUAL && !pb->is_ln &&
                     pb->cols >= FN_PLAN_RES_BWD_NARROW_MIN_COLS && pb->cols <= FN_PLAN_RES_BWD_NARROW_MAX_COLS)
                     cost += 0.50;

@@ -494,7 +494,7 @@ int main(void)
     ASSERT_EQ_INT(fn_plan_make(&f32_res).cluster, 4);
     ASSERT_EQ_INT(fn_plan_make(&f32_res).tpr, 256);
     /* The 16-bit RMSNorm + residual call keeps the 16-element tile over
-     * clusters at 16384..65536 (steps 81-83); the wide tile below and past it,
+     * clusters at 16384..65536 (steps 81 and 83); the wide tile below and past it,
      * and for LayerNorm, as without the residual. */
     fn_plan_problem bf16_res = {1, 16384, 2, 1, 9, 16, 1, 0, FN_STREAM_RESIDUAL, 0, 0, 0, 0};
     fn_plan_problem bf16_plain = bf16_res;
