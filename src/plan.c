@@ -76,8 +76,10 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < cap_here ? pb->max_cluster : cap_here) : 1;
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
-    /* plan.h: FN_PLAN_SMALL_BWD_* */
-    const int small_bwd = pb->is_bwd && pb->rows > 0 &&
+    /* plan.h: FN_PLAN_SMALL_BWD_*. As measured: rows of 16-byte vectors (not
+     * the SHIFT kernels, which cap max_tpr), not the residual call. */
+    const int small_bwd = pb->is_bwd && pb->rows > 0 && pb->vec_ok && pb->max_tpr == 0 &&
+                          pb->stream != FN_STREAM_RESIDUAL &&
                           pb->cols <= (pb->x_bytes == 2 ? FN_PLAN_SMALL_BWD_MAX_COLS : FN_PLAN_SMALL_BWD_MAX_COLS_F32) &&
                           pb->rows * pb->cols <= FN_PLAN_SMALL_BWD_ELEMENTS;
     /* Rows off a 16-byte boundary held (the held kernel's ODD form): U and

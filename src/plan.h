@@ -61,7 +61,8 @@ typedef struct fn_plan_problem {
 
 /* The backward of a small problem (rows * cols up to FN_PLAN_SMALL_BWD_ELEMENTS,
  * 16-bit rows of up to FN_PLAN_SMALL_BWD_MAX_COLS columns, fp32 rows of up to
- * FN_PLAN_SMALL_BWD_MAX_COLS_F32) fills less than one wave of its planned grid
+ * FN_PLAN_SMALL_BWD_MAX_COLS_F32; rows of 16-byte vectors, not the SHIFT
+ * kernels' nor the residual call's: the ones measured) fills less than one wave of its planned grid
  * and is latency-bound: it takes at most 8 elements a thread, twice the
  * threads or CTAs a row, and CTAs of 512 threads cost nothing extra (H200, M *
  * N = 2^20, lab plans, us, RMSNorm / LayerNorm: bf16 64 x 16384 in 8 x 512 x 4

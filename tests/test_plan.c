@@ -534,6 +534,21 @@ int main(void)
         sm.cols = 256, sm.rows = 4096;
         q = fn_plan_make(&sm);
         ASSERT_TRUE(q.ept == 8 && q.tpr == 32 && q.cluster == 1 && q.rows_per_block == 8);
+        /* as measured only: not the residual call, the SHIFT kernels (max_tpr
+         * 256) or scalar rows; those plan as with the row count unknown */
+        {
+            fn_plan_problem other[3] = {sm, sm, sm};
+            other[0].stream = FN_STREAM_RESIDUAL;
+            other[1].max_tpr = 256, other[1].wide_bwd = 0;
+            other[2].vec_ok = 0, other[2].wide_bwd = 0;
+            for (int i = 0; i < 3; i++) {
+                fn_plan_problem unknown = other[i];
+                unknown.rows = 0;
+                const fn_plan a = fn_plan_make(&other[i]), u = fn_plan_make(&unknown);
+                ASSERT_TRUE(a.path == u.path && a.ept == u.ept && a.tpr == u.tpr && a.cluster == u.cluster);
+            }
+            ASSERT_EQ_INT(fn_plan_make(&other[0]).ept, 16); /* the residual call's 4096: not 8 */
+        }
         sm.cols = 1024, sm.rows = 32768; /* the targets' M: as before */
         q = fn_plan_make(&sm);
         ASSERT_TRUE(q.ept == 16 && q.tpr == 64);

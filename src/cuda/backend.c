@@ -644,9 +644,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     st->dependent_finalize = df.cc_major >= 9 && pdl_enabled();
     fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16,
                           shift_ok ? 0 : fn_bwd_wide_fits(p), shift_ok ? 256 : 0,
-                          a->dresidual_out.data ? FN_STREAM_RESIDUAL : FN_STREAM_NONE, 0, 0, p->is_ln,
-                          /* small problems (plan.h), as measured: aligned rows, no residual call */
-                          vec_ok && !a->dresidual_out.data ? a->rows : 0};
+                          a->dresidual_out.data ? FN_STREAM_RESIDUAL : FN_STREAM_NONE, 0, 0, p->is_ln, a->rows};
     fn_plan *pl = &st->plan;
     /* Rows off a 16-byte boundary whose activations all sit at x's offset
      * within 16 bytes in each row (odd N of contiguous tensors, odd pitches,
