@@ -18,6 +18,7 @@
  * partial rows and wait there (grid_dependency_wait) for them.
  */
 #include "common.cuh"
+#include "launch.cuh"
 
 namespace fn {
 
@@ -75,17 +76,6 @@ __global__ void __launch_bounds__(FIN_COLS *FIN_LANES) dweight_finalize(const fn
 extern "C" int fn_launch_dweight_finalize(const fn_bwd_params *p, int dependent, void *stream)
 {
     const int64_t blocks = (p->cols + fn::FIN_COLS - 1) / fn::FIN_COLS;
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    cfg.gridDim = dim3((unsigned)blocks);
-    cfg.blockDim = dim3(fn::FIN_COLS * fn::FIN_LANES);
-    cfg.stream = (cudaStream_t)stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 0;
-    if (dependent) {
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.numAttrs = 1;
-    }
-    return (int)cudaLaunchKernelEx(&cfg, fn::dweight_finalize, *p);
+    return (int)fn::launch_or_query(fn::dweight_finalize, *p, (int)blocks, fn::FIN_COLS * fn::FIN_LANES, 0, 1,
+                                    (cudaStream_t)stream, nullptr, dependent ? fn::LAUNCH_DEPENDENT : 0u);
 }

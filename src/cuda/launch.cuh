@@ -14,12 +14,19 @@
 
 namespace fn {
 
-/* balance: ask the cluster scheduler for load balancing rather than its
- * default (spread), for one-shot grids of many clusters: the held forward
- * over clusters gained 1-12% with it (docs/perf.md, session 10, step 56). */
+/* Options of a launch (launch_or_query's last argument, or-ed):
+ * LAUNCH_BALANCE asks the cluster scheduler for load balancing rather than its
+ * default (spread), for one-shot grids of many clusters: the held forward over
+ * clusters gained 1-12% with it (docs/perf.md, session 10, step 56).
+ * LAUNCH_DEPENDENT launches the kernel as a programmatic dependent of the one
+ * before it on the stream (sm_90): it may start once every CTA of that kernel
+ * has called launch_dependents() or exited, and must call grid_dependency_wait()
+ * (common.cuh) before it reads what that kernel wrote. */
+enum : unsigned { LAUNCH_BALANCE = 1u, LAUNCH_DEPENDENT = 2u };
+
 template <typename Params>
 static cudaError_t launch_or_query(void (*kernel)(Params), const Params &params, int grid, int threads, size_t smem,
-                                   int cluster, cudaStream_t stream, int *active, bool balance = false)
+                                   int cluster, cudaStream_t stream, int *active, unsigned options = 0)
 {
     /* Static plus dynamic shared memory over 48 KiB needs the opt-in, or the
      * launch fails and the occupancy query answers 0 (which once sent every
@@ -30,7 +37,7 @@ static cudaError_t launch_or_query(void (*kernel)(Params), const Params &params,
         if (e != cudaSuccess) return e;
     }
     cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[2];
+    cudaLaunchAttribute attr[3];
     cfg.gridDim = dim3(grid);
     cfg.blockDim = dim3(threads);
     cfg.dynamicSmemBytes = smem;
@@ -47,11 +54,16 @@ static cudaError_t launch_or_query(void (*kernel)(Params), const Params &params,
         attr[0].val.clusterDim.y = 1;
         attr[0].val.clusterDim.z = 1;
         cfg.numAttrs = 1;
-        if (balance) {
-            attr[1].id = cudaLaunchAttributeClusterSchedulingPolicyPreference;
-            attr[1].val.clusterSchedulingPolicyPreference = cudaClusterSchedulingPolicyLoadBalancing;
-            cfg.numAttrs = 2;
+        if (options & LAUNCH_BALANCE) {
+            attr[cfg.numAttrs].id = cudaLaunchAttributeClusterSchedulingPolicyPreference;
+            attr[cfg.numAttrs].val.clusterSchedulingPolicyPreference = cudaClusterSchedulingPolicyLoadBalancing;
+            cfg.numAttrs++;
         }
+    }
+    if (options & LAUNCH_DEPENDENT) {
+        attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+        cfg.numAttrs++;
     }
     if (!active) return cudaLaunchKernelEx(&cfg, kernel, params);
     /* The cluster query wants a grid that is a whole number of clusters. */

@@ -934,10 +934,10 @@ static cudaError_t held_launch(const fn_fwd_params &p, int u, int grid, int thre
         if constexpr (!W32) {
             if (u == (RES ? 4 : 8) && p.odd)
                 return launch_or_query(norm_fwd_held<TX, VEC, LN, RES, W32, RES ? 4 : 8, 2, true, true>, p, grid,
-                                       threads, 0, p.cluster, s, nullptr, true);
+                                       threads, 0, p.cluster, s, nullptr, LAUNCH_BALANCE);
             if (u == (RES ? 4 : 8))
                 return launch_or_query(norm_fwd_held<TX, VEC, LN, RES, W32, RES ? 4 : 8, 2, true>, p, grid, threads,
-                                       0, p.cluster, s, nullptr, true);
+                                       0, p.cluster, s, nullptr, LAUNCH_BALANCE);
         }
         return cudaErrorInvalidValue;
     }
