@@ -307,7 +307,7 @@ fi
 if has peers && [ -f bench/torch_compare.py ]; then
   log "PyTorch peers"
   PYTHONUNBUFFERED=1 FUSEDNORM_LIBRARY="$PWD/$BUILD/libfusednorm.so" PYTHONPATH=python \
-    timeout ${PEERS_TIMEOUT:-500} python3 bench/torch_compare.py --out "$OUT" ${PEERS_COLS:+--cols $PEERS_COLS} >"$OUT/peers.txt" 2>&1
+    timeout ${PEERS_TIMEOUT:-500} python3 bench/torch_compare.py --out "$OUT" --repeat-first ${PEERS_COLS:+--cols $PEERS_COLS} >"$OUT/peers.txt" 2>&1
   echo "torch_compare: exit $?" | tee -a "$SUMMARY"
 fi
 

@@ -187,7 +187,13 @@ def run(args):
     if args.cols:
         keep = {int(n) for n in args.cols.split(",")}
         cases = [c for c in cases if c[4] in keep]
-    for norm, dts, feature, M, N in cases:
+    # --repeat-first: the first case once more before the rest, printed and not
+    # recorded, to tell a cold start (torch.compile's workers, the allocator,
+    # the host's clocks) from the case's own speed.
+    runs = [(c, False) for c in cases]
+    if args.repeat_first and cases:
+        runs.insert(0, (cases[0], True))
+    for (norm, dts, feature, M, N), warm in runs:
         dtype = DT[dts]
         torch.manual_seed(0)
         x = torch.randn(M, N, device=device, dtype=dtype)
@@ -204,6 +210,10 @@ def run(args):
                     print(f"  {impl} {pas} {norm} {feature} M={M} N={N}: failed: {e}", flush=True)
                     continue
                 gbs = bytes_moved(norm, feature, dtype, M, N, pas) / (ms * 1e-3) / 1e9
+                if warm:
+                    print(f"(cold start, not recorded) {norm} {dts} {feature} M={M} N={N} {pas} {impl}: "
+                          f"{ms:.4f} ms {gbs:.0f} GB/s", flush=True)
+                    continue
                 rows.append(dict(norm=norm, dtype=dts, feature=feature, M=M, N=N, pass_=pas, impl=impl,
                                  ms=f"{ms:.4f}", gbs=f"{gbs:.0f}", pct_copy=f"{100 * gbs / copy_gbs:.1f}"))
                 print(f"{norm:3s} {dts:4s} {feature:8s} M={M:6d} N={N:6d} {pas} {impl:14s} "
@@ -259,6 +269,8 @@ def main():
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--quick", action="store_true", help="three shapes only (a smoke run)")
     p.add_argument("--cols", help="comma list: only the cases with these N (keeps a device call short)")
+    p.add_argument("--repeat-first", action="store_true",
+                   help="run the first case twice, the first time unrecorded (a cold start shows as a gap)")
     p.add_argument("--plot", metavar="CSV", help="only draw the chart of an existing CSV")
     args = p.parse_args()
     if args.plot:
