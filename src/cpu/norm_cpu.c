@@ -128,31 +128,22 @@ static void prepare_weight(float *wf, const fusednorm_tensor *w, float offset, i
 
 /* ---- forward ----------------------------------------------------------- */
 
-/* y = ((h - mean) * rstd) * wf (+ bf), rounded into y's dtype. The loops are
- * written out per (dtype, bias) so that each is one vectorizable stream. */
-#define FWD_NORMALIZE_LOOP(STORE, WITH_BIAS)                                                                          \
-    for (int64_t i = 0; i < n; i++) {                                                                                 \
-        float v = ((h[i] - mean) * rstd) * wf[i];                                                                     \
-        if (WITH_BIAS) v += bf[i];                                                                                    \
-        STORE(p, i, v);                                                                                               \
-    }
-
-/* The fp32/bf16 forms with explicit 8-float vectors (same arithmetic, same
- * order: bitwise equal to the loops above). */
-CPU_INLINE void fwd_normalize_v8(unsigned char *p, int bf16, int with_bias, const float *restrict h,
+/* y = ((h - mean) * rstd) * wf (+ bf), rounded into y's dtype: fp32 (half
+ * 0), bf16 (1) or fp16 (2), 8 lanes at a time (each lane the scalar
+ * arithmetic in the same order: the tail's results, bitwise). */
+CPU_INLINE void fwd_normalize_v8(unsigned char *p, int half, int with_bias, const float *restrict h,
                                  const float *restrict wf, const float *restrict bf, float mean, float rstd, int64_t n)
 {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         cpu_v8 v = ((cpu_v8_load(h + i) - mean) * rstd) * cpu_v8_load(wf + i);
         if (with_bias) v += cpu_v8_load(bf + i);
-        cpu_v8_st(p, bf16, i, &v);
+        cpu_v8_st(p, half, i, &v);
     }
     for (; i < n; i++) {
         float v = ((h[i] - mean) * rstd) * wf[i];
         if (with_bias) v += bf[i];
-        if (bf16) cpu_st_bf16(p, i, v);
-        else cpu_st_f32(p, i, v);
+        cpu_st_half(p, half, i, v);
     }
 }
 
@@ -160,26 +151,20 @@ CPU_INLINE void fwd_normalize_store(void *y, fusednorm_dtype t, const float *res
                                 const float *restrict bf, float mean, float rstd, int64_t n)
 {
     unsigned char *p = (unsigned char *)y;
-    if (t == FUSEDNORM_BF16 || t == FUSEDNORM_F32) {
-        int bf16 = t == FUSEDNORM_BF16;
-        if (bf && bf16) fwd_normalize_v8(p, 1, 1, h, wf, bf, mean, rstd, n);
-        else if (bf) fwd_normalize_v8(p, 0, 1, h, wf, bf, mean, rstd, n);
-        else if (bf16) fwd_normalize_v8(p, 1, 0, h, wf, bf, mean, rstd, n);
+    /* each (dtype, bias) pair its own loop, the switches constant in it */
+    switch (t) {
+    case FUSEDNORM_BF16:
+        if (bf) fwd_normalize_v8(p, 1, 1, h, wf, bf, mean, rstd, n);
+        else fwd_normalize_v8(p, 1, 0, h, wf, bf, mean, rstd, n);
+        break;
+    case FUSEDNORM_F16:
+        if (bf) fwd_normalize_v8(p, 2, 1, h, wf, bf, mean, rstd, n);
+        else fwd_normalize_v8(p, 2, 0, h, wf, bf, mean, rstd, n);
+        break;
+    default:
+        if (bf) fwd_normalize_v8(p, 0, 1, h, wf, bf, mean, rstd, n);
         else fwd_normalize_v8(p, 0, 0, h, wf, bf, mean, rstd, n);
-        return;
-    }
-    if (bf) {
-        switch (t) {
-        case FUSEDNORM_BF16: FWD_NORMALIZE_LOOP(cpu_st_bf16, 1) break;
-        case FUSEDNORM_F16: FWD_NORMALIZE_LOOP(cpu_st_f16, 1) break;
-        default: FWD_NORMALIZE_LOOP(cpu_st_f32, 1) break;
-        }
-    } else {
-        switch (t) {
-        case FUSEDNORM_BF16: FWD_NORMALIZE_LOOP(cpu_st_bf16, 0) break;
-        case FUSEDNORM_F16: FWD_NORMALIZE_LOOP(cpu_st_f16, 0) break;
-        default: FWD_NORMALIZE_LOOP(cpu_st_f32, 0) break;
-        }
+        break;
     }
 }
 
@@ -201,7 +186,11 @@ CPU_ROW_KERNEL static void fwd_row(const fusednorm_fwd_args *a, int64_t r, float
     cpu_row_stats(h, n, layernorm, a->eps, &pf, &mean, &rstd);
     if (a->rstd) a->rstd[r] = rstd;
     if (a->mean) a->mean[r] = mean;
-    if (stream_y) {
+    if (a->y.dtype == FUSEDNORM_F16 && cpu_f16c()) {
+        unsigned char *py = stream_y ? (unsigned char *)out : row_out(&a->y, r);
+        cpu_fwd_normalize_f16c(py, h, wf, bf, mean, rstd, n);
+        if (stream_y) cpu_stream_copy(row_out(&a->y, r), out, (size_t)n * 2);
+    } else if (stream_y) {
         fwd_normalize_store(out, a->y.dtype, h, wf, bf, mean, rstd, n);
         cpu_stream_copy(row_out(&a->y, r), out, (size_t)n * fn_dtype_size(a->y.dtype));
     } else {
@@ -584,7 +573,15 @@ CPU_ROW_KERNEL static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float
         unsigned char *p = stream ? (unsigned char *)out : row_out(&a->dx, r);
         switch (a->dx.dtype) {
         case FUSEDNORM_BF16: BWD_DH_STORE_LOOP(cpu_st_bf16) break;
-        case FUSEDNORM_F16: BWD_DH_STORE_LOOP(cpu_st_f16) break;
+        case FUSEDNORM_F16:
+            if (cpu_f16c()) {
+                cpu_bwd_dh_f16c(p, xs, gs, wf, rstd, mean_g, mean_xg, n);
+                break;
+            }
+            /* dh in place of g, then converted 8 lanes at a time */
+            for (int64_t i = 0; i < n; i++) gs[i] = BWD_DH(i);
+            cpu_store_row(p, FUSEDNORM_F16, gs, n);
+            break;
         default: BWD_DH_STORE_LOOP(cpu_st_f32) break;
         }
         if (stream) cpu_stream_copy(row_out(&a->dx, r), out, (size_t)n * fn_dtype_size(a->dx.dtype));
