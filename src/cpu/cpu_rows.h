@@ -329,10 +329,23 @@ static inline void cpu_bwd_dh_f16c(unsigned char *p, const float *restrict xhat,
 }
 #endif
 
+/* Whether the row functions below take their F16C forms: the CPU's answer,
+ * unless the includer says otherwise (norm_cpu.c: its test hook). */
+#ifndef CPU_F16C_ENABLED
+#define CPU_F16C_ENABLED() cpu_f16c()
+#endif
+
+/* The row pipelines built for fp16 (norm_cpu_f16c.c, from cpu_pipeline.h);
+ * called only where cpu_f16c() (where it is 0 they are stubs). */
+void fn_cpu_fwd_pipeline_thread_f16c(const fusednorm_fwd_args *a, const float *wf, const float *bf, int stream_y,
+                                     int64_t *shared_next, int64_t grab, float *stage);
+void fn_cpu_bwd_pipeline_rows_f16c(const fusednorm_bwd_args *a, int64_t r0, int64_t r1, const float *wf,
+                                   float *dw_partial, float *db_partial, int stream_dx, float *stage);
+
 /* dst[i] = src[i] (add: dst[i] += src[i]) of an fp16 row, 8 lanes at a time. */
 CPU_INLINE void cpu_load_row_f16(float *restrict dst, const unsigned char *p, int64_t n, int add)
 {
-    if (cpu_f16c()) {
+    if (CPU_F16C_ENABLED()) {
         cpu_load_row_f16c(dst, p, n, add);
         return;
     }
@@ -388,7 +401,7 @@ CPU_INLINE void cpu_store_row(void *dst, fusednorm_dtype t, const float *restric
         for (int64_t i = 0; i < n; i++) cpu_st_bf16(p, i, src[i]);
         break;
     case FUSEDNORM_F16: {
-        if (cpu_f16c()) {
+        if (CPU_F16C_ENABLED()) {
             cpu_store_row_f16c(p, src, n);
             break;
         }
@@ -416,13 +429,20 @@ CPU_INLINE void cpu_store_row(void *dst, fusednorm_dtype t, const float *restric
  * the last full block stays in natural order. The arithmetic per element is
  * unchanged, and sum lanes are put back in natural order (cpu_lanes_unsplit)
  * before the tail and the fixed tree, so results are bitwise the same. fp32
- * blocks are always in natural order. fp16 takes the scratch-row path: its
- * conversion is arithmetic (cpu_v8_from_f16, cpu_v8_to_f16), and the pipeline
- * converts each element more often than the scratch rows do (per 16-element
- * block, forward 6 conversions of 8 lanes against 4, backward 10 against 6):
- * measured 1.2x (forward) and 1.9x (backward) slower. */
+ * blocks are always in natural order, and so are fp16 blocks: the pipelines
+ * take fp16 only built for F16C (norm_cpu_f16c.c), whose instructions
+ * convert 8 consecutive elements. With the 8-lane forms (about 10-14
+ * operations per 8 lanes) the pipeline, which converts each element more
+ * often than the scratch rows do (per 16-element block, forward 6
+ * conversions of 8 lanes against 4, backward 10 against 6), measured 1.2x
+ * (forward) and 1.9x (backward) slower than the scratch rows. */
 
-/* v rounded into element i of a row of fp32 (half 0), bf16 (1) or fp16 (2). */
+/* Element i of a row of fp32 (half 0), bf16 (1) or fp16 (2) as fp32; v
+ * rounded into it. */
+CPU_INLINE float cpu_ld_half(const unsigned char *p, int half, int64_t i)
+{
+    return half == 2 ? cpu_ld_f16(p, i) : half ? cpu_ld_bf16(p, i) : cpu_ld_f32(p, i);
+}
 CPU_INLINE void cpu_st_half(unsigned char *p, int half, int64_t i, float v)
 {
     if (half == 2) cpu_st_f16(p, i, v);
@@ -430,9 +450,44 @@ CPU_INLINE void cpu_st_half(unsigned char *p, int half, int64_t i, float v)
     else cpu_st_f32(p, i, v);
 }
 
-CPU_INLINE void cpu_blk_ld(const unsigned char *p, int bf16, int64_t i, cpu_v8 *a, cpu_v8 *b)
+/* fp16 in the pipelines (norm_cpu_f16c.c), in natural order: by the F16C
+ * instructions in a translation unit built for them (cpu_blk_ld:
+ * vcvtph2ps unless the block holds an Inf or NaN, as cpu_load_row_f16c),
+ * else by the 8-lane forms. */
+CPU_INLINE cpu_h8 cpu_v8_to_f16_any(const cpu_v8 *v)
 {
-    if (bf16) {
+#if defined(__F16C__) && defined(__AVX2__)
+    __m256 f;
+    memcpy(&f, v, sizeof f);
+    __m128i h = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    cpu_h8 r;
+    memcpy(&r, &h, sizeof r);
+    return r;
+#else
+    return __builtin_convertvector(cpu_v8_to_f16(v), cpu_h8);
+#endif
+}
+
+/* 16 elements at i: fp32, bf16 in split order, fp16 in natural order. */
+CPU_INLINE void cpu_blk_ld(const unsigned char *p, int half, int64_t i, cpu_v8 *a, cpu_v8 *b)
+{
+    if (half == 2) {
+#if defined(__F16C__) && defined(__AVX2__)
+        /* the 16 at once: one Inf / NaN test, two conversions */
+        const __m256i exp_mask = _mm256_set1_epi16(0x7c00);
+        __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(p + 2 * i));
+        if (!_mm256_movemask_epi8(_mm256_cmpeq_epi16(_mm256_and_si256(h, exp_mask), exp_mask))) {
+            __m256 lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+            memcpy(a, &lo, sizeof *a);
+            memcpy(b, &hi, sizeof *b);
+            return;
+        }
+#endif
+        *a = cpu_v8_ld_f16(p, i);
+        *b = cpu_v8_ld_f16(p, i + 8);
+        return;
+    }
+    if (half) {
         cpu_u8 u;
         memcpy(&u, p + 2 * i, sizeof u);
         *a = (cpu_v8)(u << 16);
@@ -595,18 +650,37 @@ CPU_INLINE void cpu_stream32(unsigned char *d, const void *v32)
     _mm_stream_si128((__m128i *)(void *)d, lo);
     _mm_stream_si128((__m128i *)(void *)(d + 16), hi);
 }
+/* 16 bytes to d (16-byte aligned), non-temporally. */
+CPU_INLINE void cpu_stream16(unsigned char *d, const void *v16)
+{
+    __m128i v;
+    memcpy(&v, v16, sizeof v);
+    _mm_stream_si128((__m128i *)(void *)d, v);
+}
 #else
 #define CPU_HAVE_STREAM 0
 CPU_INLINE void cpu_stream_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 CPU_INLINE void cpu_stream_fence(void) {}
 CPU_INLINE void cpu_stream32(unsigned char *d, const void *v32) { memcpy(d, v32, 32); }
+CPU_INLINE void cpu_stream16(unsigned char *d, const void *v16) { memcpy(d, v16, 16); }
 #endif
 
 /* A block (cpu_blk_ld's order) rounded into row p at element i; `stream`:
  * non-temporal, p + elem_size * i 16-byte aligned. */
-CPU_INLINE void cpu_blk_st(unsigned char *p, int bf16, int64_t i, const cpu_v8 *a, const cpu_v8 *b, int stream)
+CPU_INLINE void cpu_blk_st(unsigned char *p, int half, int64_t i, const cpu_v8 *a, const cpu_v8 *b, int stream)
 {
-    if (bf16) {
+    if (half == 2) { /* each 8-lane half stored as it is (joined into 32 bytes, they went through the stack) */
+        cpu_h8 lo = cpu_v8_to_f16_any(a), hi = cpu_v8_to_f16_any(b);
+        if (stream) {
+            cpu_stream16(p + 2 * i, &lo);
+            cpu_stream16(p + 2 * i + 16, &hi);
+        } else {
+            memcpy(p + 2 * i, &lo, sizeof lo);
+            memcpy(p + 2 * i + 16, &hi, sizeof hi);
+        }
+        return;
+    }
+    if (half) {
         cpu_u8 w = cpu_blk_bf16(a, b);
         if (stream) cpu_stream32(p + 2 * i, &w);
         else memcpy(p + 2 * i, &w, sizeof w);

@@ -27,11 +27,18 @@
  * bitwise identical across runs and OMP_NUM_THREADS. ATOMIC_DWEIGHT is
  * ignored here (no atomics are needed on the CPU).
  */
+#include "internal.h"
+
+/* The F16C forms of the fp16 rows, unless a test turned them off
+ * (fn_cpu_f16c_off, internal.h). */
+#define CPU_F16C_ENABLED() (!fn_cpu_f16c_off && cpu_f16c())
 #include "cpu/cpu_rows.h"
 
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+int fn_cpu_f16c_off = 0;
 
 /* Below this many elements a parallel region costs more than it saves. */
 #define CPU_PARALLEL_MIN_ELEMENTS (1 << 15)
@@ -63,24 +70,16 @@
 #define CPU_ROW_KERNEL
 #endif
 
+/* The row pipelines (cpu_pipeline.h) for fp32 and bf16 rows, in the same
+ * clones; norm_cpu_f16c.c builds them for fp16. */
+#define CPU_PIPE_KERNEL CPU_ROW_KERNEL static
+#define CPU_PIPE_NAME(n) n
+#define CPU_PIPE_HALF16 1
+#include "cpu/cpu_pipeline.h"
+
 static int stream_output(const fusednorm_tensor *t, int64_t rows, int64_t cols)
 {
     return CPU_HAVE_STREAM && t->data && rows * cols * (int64_t)fn_dtype_size(t->dtype) >= CPU_STREAM_MIN_BYTES;
-}
-
-static const unsigned char *row_in(const fusednorm_tensor *t, int64_t r)
-{
-    return (const unsigned char *)t->data + (size_t)r * (size_t)t->row_stride * fn_dtype_size(t->dtype);
-}
-/* The row after r, for prefetching; NULL past the last row (its address may
- * not exist: a single row may have any stride). */
-static const unsigned char *row_next(const fusednorm_tensor *t, int64_t r, int64_t rows)
-{
-    return r + 1 < rows ? row_in(t, r + 1) : NULL;
-}
-static unsigned char *row_out(const fusednorm_tensor *t, int64_t r)
-{
-    return (unsigned char *)t->data + (size_t)r * (size_t)t->row_stride * fn_dtype_size(t->dtype);
 }
 
 /* cols rounded up to 16 floats; saturates instead of overflowing (rows == 0
@@ -186,7 +185,7 @@ CPU_ROW_KERNEL static void fwd_row(const fusednorm_fwd_args *a, int64_t r, float
     cpu_row_stats(h, n, layernorm, a->eps, &pf, &mean, &rstd);
     if (a->rstd) a->rstd[r] = rstd;
     if (a->mean) a->mean[r] = mean;
-    if (a->y.dtype == FUSEDNORM_F16 && cpu_f16c()) {
+    if (a->y.dtype == FUSEDNORM_F16 && CPU_F16C_ENABLED()) {
         unsigned char *py = stream_y ? (unsigned char *)out : row_out(&a->y, r);
         cpu_fwd_normalize_f16c(py, h, wf, bf, mean, rstd, n);
         if (stream_y) cpu_stream_copy(row_out(&a->y, r), out, (size_t)n * 2);
@@ -195,216 +194,6 @@ CPU_ROW_KERNEL static void fwd_row(const fusednorm_fwd_args *a, int64_t r, float
         cpu_stream_copy(row_out(&a->y, r), out, (size_t)n * fn_dtype_size(a->y.dtype));
     } else {
         fwd_normalize_store(row_out(&a->y, r), a->y.dtype, h, wf, bf, mean, rstd, n);
-    }
-}
-
-/* ---- forward, pipelined ------------------------------------------------
- * Without a residual and with x and y both fp32 or both bf16: while one row
- * is normalized and written out, the next row the thread takes is loaded and
- * summed in the same pass. Every pass then reads and writes memory at once,
- * as a copy does; one row at a time (a read-only pass, then a write-only one)
- * left half of each thread's memory traffic idle and bf16 at ~45% of copy.
- * No scratch rows: the row being written re-reads its x from cache (it was
- * read one pass earlier), which costs fewer cache-side stores and loads than
- * an fp32 copy would. y may only be exactly x, and each block is read before
- * its y block is written, so aliasing stays correct. Rows are taken from a
- * shared counter in grabs, so the pipeline runs on across grabs. Same
- * arithmetic in the same order as fwd_row: bitwise the same outputs. bf16
- * blocks, weight and bias are in split order (cpu_rows.h). */
-
-/* y row of x row qx (stored non-temporally when `stream`) and, in the same
- * pass, the next x row px summed; returns the next row's first sum. */
-CPU_INLINE float fwd_pipe_pass(unsigned char *py, int bf16, int stream, int with_bias, int squares,
-                               const unsigned char *qx, const float *restrict wf, const float *restrict bf,
-                               float mean, float rstd, const unsigned char *px, int64_t n, const cpu_prefetch *pf)
-{
-    cpu_v8 lo = {0}, hi = {0};
-    int64_t i = 0;
-    for (; i + CPU_LANES <= n; i += CPU_LANES) {
-        cpu_prefetch_block(pf, i);
-        cpu_v8 a, b, h[2], v[2];
-        cpu_blk_ld(px, bf16, i, &a, &b);
-        lo += squares ? a * a : a;
-        hi += squares ? b * b : b;
-        cpu_blk_ld(qx, bf16, i, &h[0], &h[1]);
-        for (int q = 0; q < 2; q++) {
-            v[q] = ((h[q] - mean) * rstd) * cpu_v8_load(wf + i + 8 * q);
-            if (with_bias) v[q] += cpu_v8_load(bf + i + 8 * q);
-        }
-        cpu_blk_st(py, bf16, i, &v[0], &v[1], stream);
-    }
-    float acc[CPU_LANES];
-    cpu_lanes_spill(acc, lo, hi, bf16);
-    for (int k = 0; i + k < n; k++) {
-        float x = bf16 ? cpu_ld_bf16(px, i + k) : cpu_ld_f32(px, i + k);
-        acc[k] += squares ? x * x : x;
-        float h = bf16 ? cpu_ld_bf16(qx, i + k) : cpu_ld_f32(qx, i + k);
-        float v = ((h - mean) * rstd) * wf[i + k];
-        if (with_bias) v += bf[i + k];
-        if (bf16) cpu_st_bf16(py, i + k, v);
-        else cpu_st_f32(py, i + k, v);
-    }
-    return cpu_lanes_total(acc);
-}
-
-/* The y row alone (a thread's last row). */
-CPU_INLINE void fwd_pipe_store(unsigned char *py, int bf16, int stream, int with_bias, const unsigned char *qx,
-                               const float *restrict wf, const float *restrict bf, float mean, float rstd, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + CPU_LANES <= n; i += CPU_LANES) {
-        cpu_v8 h[2], v[2];
-        cpu_blk_ld(qx, bf16, i, &h[0], &h[1]);
-        for (int q = 0; q < 2; q++) {
-            v[q] = ((h[q] - mean) * rstd) * cpu_v8_load(wf + i + 8 * q);
-            if (with_bias) v[q] += cpu_v8_load(bf + i + 8 * q);
-        }
-        cpu_blk_st(py, bf16, i, &v[0], &v[1], stream);
-    }
-    for (; i < n; i++) {
-        float h = bf16 ? cpu_ld_bf16(qx, i) : cpu_ld_f32(qx, i);
-        float v = ((h - mean) * rstd) * wf[i];
-        if (with_bias) v += bf[i];
-        if (bf16) cpu_st_bf16(py, i, v);
-        else cpu_st_f32(py, i, v);
-    }
-}
-
-/* The first sum of x row px alone (a thread's first row). */
-CPU_INLINE float fwd_pipe_sum(int bf16, int squares, const unsigned char *px, int64_t n, const cpu_prefetch *pf)
-{
-    cpu_v8 lo = {0}, hi = {0};
-    int64_t i = 0;
-    for (; i + CPU_LANES <= n; i += CPU_LANES) {
-        cpu_prefetch_block(pf, i);
-        cpu_v8 a, b;
-        cpu_blk_ld(px, bf16, i, &a, &b);
-        lo += squares ? a * a : a;
-        hi += squares ? b * b : b;
-    }
-    float acc[CPU_LANES];
-    cpu_lanes_spill(acc, lo, hi, bf16);
-    for (int k = 0; i + k < n; k++) {
-        float x = bf16 ? cpu_ld_bf16(px, i + k) : cpu_ld_f32(px, i + k);
-        acc[k] += squares ? x * x : x;
-    }
-    return cpu_lanes_total(acc);
-}
-
-/* LayerNorm's variance sum of x row px around `mean`, as cpu_sum_row. */
-CPU_INLINE float fwd_pipe_var_sum(int bf16, const unsigned char *px, float mean, int64_t n, const cpu_prefetch *pf)
-{
-    cpu_v8 lo = {0}, hi = {0};
-    int64_t i = 0;
-    for (; i + CPU_LANES <= n; i += CPU_LANES) {
-        cpu_prefetch_block(pf, i);
-        cpu_v8 a, b;
-        cpu_blk_ld(px, bf16, i, &a, &b);
-        a -= mean;
-        b -= mean;
-        lo += a * a;
-        hi += b * b;
-    }
-    float acc[CPU_LANES];
-    cpu_lanes_spill(acc, lo, hi, bf16);
-    for (int k = 0; i + k < n; k++) {
-        float d = (bf16 ? cpu_ld_bf16(px, i + k) : cpu_ld_f32(px, i + k)) - mean;
-        acc[k] += d * d;
-    }
-    return cpu_lanes_total(acc);
-}
-
-/* The variants with their switches as constants: bit 0 bf16, 1 stream,
- * 2 bias, 3 squares (RMSNorm). */
-#define FWD_PIPE_CASE(C)                                                                                              \
-    case C:                                                                                                           \
-        return fwd_pipe_pass(py, (C)&1, ((C) >> 1) & 1, ((C) >> 2) & 1, ((C) >> 3) & 1, qx, wf, bf, mean, rstd, px, n, \
-                             pf);
-CPU_INLINE float fwd_pipe_dispatch(int variant, unsigned char *py, const unsigned char *qx, const float *restrict wf,
-                                   const float *restrict bf, float mean, float rstd, const unsigned char *px,
-                                   int64_t n, const cpu_prefetch *pf)
-{
-    switch (variant) {
-        FWD_PIPE_CASE(0) FWD_PIPE_CASE(1) FWD_PIPE_CASE(2) FWD_PIPE_CASE(3)
-        FWD_PIPE_CASE(4) FWD_PIPE_CASE(5) FWD_PIPE_CASE(6) FWD_PIPE_CASE(7)
-        FWD_PIPE_CASE(8) FWD_PIPE_CASE(9) FWD_PIPE_CASE(10) FWD_PIPE_CASE(11)
-        FWD_PIPE_CASE(12) FWD_PIPE_CASE(13) FWD_PIPE_CASE(14) default: FWD_PIPE_CASE(15)
-    }
-}
-
-/* The next row of this thread (-1: none left): from its grab, else a new grab
- * of `grab` rows from the shared counter. */
-static int64_t take_row(int64_t *shared_next, int64_t *cursor, int64_t *end, int64_t grab, int64_t rows)
-{
-    if (*cursor < *end) return (*cursor)++;
-    int64_t start;
-#pragma omp atomic capture
-    {
-        start = *shared_next;
-        *shared_next += grab;
-    }
-    if (start >= rows) return -1;
-    *cursor = start + 1;
-    *end = start + grab < rows ? start + grab : rows;
-    return start;
-}
-
-/* mean/rstd of x row px from its first sum, as cpu_row_stats; stored.
- * LayerNorm's variance pass runs in cache, so it prefetches (pf) the row
- * after: the thread's memory traffic would otherwise pause during it. */
-CPU_INLINE void fwd_pipe_stats(const fusednorm_fwd_args *a, int64_t r, const unsigned char *px, float first_sum,
-                               int layernorm, int bf16, const cpu_prefetch *pf, float *mean, float *rstd)
-{
-    float count = (float)a->cols, sum_sq = first_sum;
-    *mean = 0.0f;
-    if (layernorm) {
-        *mean = first_sum / count;
-        sum_sq = bf16 ? fwd_pipe_var_sum(1, px, *mean, a->cols, pf) : fwd_pipe_var_sum(0, px, *mean, a->cols, pf);
-    }
-    *rstd = 1.0f / sqrtf(sum_sq / count + a->eps);
-    if (a->rstd) a->rstd[r] = *rstd;
-    if (a->mean) a->mean[r] = *mean;
-}
-
-CPU_ROW_KERNEL static void fwd_pipeline_thread(const fusednorm_fwd_args *a, const float *wf, const float *bf,
-                                               int stream_y, int64_t *shared_next, int64_t grab, float *stage)
-{
-    int64_t n = a->cols, rows = a->rows, cursor = 0, end = 0;
-    int layernorm = a->norm == FUSEDNORM_LAYERNORM, bf16 = a->x.dtype == FUSEDNORM_BF16;
-    int64_t es = (int64_t)fn_dtype_size(a->x.dtype);
-    float mean = 0.0f, rstd = 0.0f;
-    int64_t cur = take_row(shared_next, &cursor, &end, grab, rows);
-    if (cur < 0) return;
-    const unsigned char *qx = row_in(&a->x, cur);
-    cpu_prefetch pf = {row_next(&a->x, cur, a->rows), NULL, es, 0};
-    float first = bf16 ? (layernorm ? fwd_pipe_sum(1, 0, qx, n, &pf) : fwd_pipe_sum(1, 1, qx, n, &pf))
-                       : (layernorm ? fwd_pipe_sum(0, 0, qx, n, &pf) : fwd_pipe_sum(0, 1, qx, n, &pf));
-    fwd_pipe_stats(a, cur, qx, first, layernorm, bf16, &pf, &mean, &rstd);
-    for (;;) {
-        unsigned char *y_row = row_out(&a->y, cur), *py = y_row;
-        /* Non-temporal stores need 16-byte alignment; a misaligned y row is
-         * staged in the thread's scratch row and streamed out from there
-         * (ordinary stores would cost a read-for-ownership). */
-        int stream = stream_y && ((uintptr_t)y_row & 15) == 0, staged = stream_y && !stream;
-        if (staged) py = (unsigned char *)stage;
-        size_t row_bytes = (size_t)n * (size_t)es;
-        int64_t next = take_row(shared_next, &cursor, &end, grab, rows);
-        if (next < 0) {
-            if (bf16 && bf) fwd_pipe_store(py, 1, stream, 1, qx, wf, bf, mean, rstd, n);
-            else if (bf16) fwd_pipe_store(py, 1, stream, 0, qx, wf, bf, mean, rstd, n);
-            else if (bf) fwd_pipe_store(py, 0, stream, 1, qx, wf, bf, mean, rstd, n);
-            else fwd_pipe_store(py, 0, stream, 0, qx, wf, bf, mean, rstd, n);
-            if (staged) cpu_stream_copy(y_row, stage, row_bytes);
-            return;
-        }
-        const unsigned char *px = row_in(&a->x, next);
-        cpu_prefetch next_pf = {row_next(&a->x, next, a->rows), NULL, es, 0};
-        int variant = bf16 | (stream << 1) | ((bf != NULL) << 2) | (!layernorm << 3);
-        first = fwd_pipe_dispatch(variant, py, qx, wf, bf, mean, rstd, px, n, &next_pf);
-        if (staged) cpu_stream_copy(y_row, stage, row_bytes);
-        cur = next;
-        qx = px;
-        fwd_pipe_stats(a, cur, qx, first, layernorm, bf16, &next_pf, &mean, &rstd);
     }
 }
 
@@ -422,8 +211,9 @@ fusednorm_status fn_cpu_fwd(const fusednorm_fwd_args *a)
     float *thread_rows = scratch + (1 + have_bias) * stride;
     prepare_weight(wf, &a->weight, a->weight_offset, cols);
     if (bf) cpu_load_row(bf, a->bias.data, a->bias.dtype, cols);
+    /* fp16 in the pipeline only built for F16C (norm_cpu_f16c.c) */
     int pipelined = !a->residual.data && !a->residual_out.data && a->x.dtype == a->y.dtype &&
-                    (a->x.dtype == FUSEDNORM_F32 || a->x.dtype == FUSEDNORM_BF16);
+                    (a->x.dtype != FUSEDNORM_F16 || CPU_F16C_ENABLED());
     if (pipelined && a->x.dtype == FUSEDNORM_BF16) {
         cpu_split_row(wf, cols);
         if (bf) cpu_split_row(bf, cols);
@@ -435,8 +225,9 @@ fusednorm_status fn_cpu_fwd(const fusednorm_fwd_args *a)
     int64_t shared_next = 0;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     if (pipelined) {
-        fwd_pipeline_thread(a, wf, bf, stream_y, &shared_next, grab,
-                            thread_rows + 2 * (int64_t)omp_get_thread_num() * stride);
+        float *stage = thread_rows + 2 * (int64_t)omp_get_thread_num() * stride;
+        if (a->x.dtype == FUSEDNORM_F16) fn_cpu_fwd_pipeline_thread_f16c(a, wf, bf, stream_y, &shared_next, grab, stage);
+        else fwd_pipeline_thread(a, wf, bf, stream_y, &shared_next, grab, stage);
         cpu_stream_fence();
     } else {
         float *h = thread_rows + 2 * (int64_t)omp_get_thread_num() * stride, *out = h + stride;
@@ -574,7 +365,7 @@ CPU_ROW_KERNEL static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float
         switch (a->dx.dtype) {
         case FUSEDNORM_BF16: BWD_DH_STORE_LOOP(cpu_st_bf16) break;
         case FUSEDNORM_F16:
-            if (cpu_f16c()) {
+            if (CPU_F16C_ENABLED()) {
                 cpu_bwd_dh_f16c(p, xs, gs, wf, rstd, mean_g, mean_xg, n);
                 break;
             }
@@ -602,170 +393,12 @@ CPU_ROW_KERNEL static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float
     }
 }
 
-/* ---- backward, pipelined ------------------------------------------------
- * With rstd (and mean) given, x and dy both fp32 or both bf16, dx of the same
- * dtype and no residual gradients, a thread runs its rows (one dweight chunk,
- * or one grab) as a pipeline: one pass loads row r's x and dy from memory,
- * forms x_hat and g with their row sums and the chunk's dweight/dbias terms,
- * and writes dx of the previous row, whose x and dy it reads again (from
- * cache: they were read one pass earlier). No scratch rows: every pass reads
- * and writes memory at once, as a copy does, with as few cache-side stores as
- * possible. Aliasing stays correct: dx may only be exactly x or dy, and each
- * block of the previous row is read before its dx block is written.
- * Same arithmetic in the same order as bwd_row: bitwise the same dx and
- * partials. bf16 blocks, the weight and the dweight/dbias partials are in
- * split order (cpu_rows.h); reduce_partials puts the partials' sums back in
- * natural order. */
-
-/* A row's given statistics and its row sums' means. */
-typedef struct bwd_row_state {
-    float mean, rstd, mean_xg, mean_g;
-} bwd_row_state;
-
-/* Row r (at px, pdy) into the row sums and partials; when py, also dx of the
- * previous row (at qx, qdy; statistics in prev) stored at py. */
-CPU_INLINE void bwd_pipe_pass(int layernorm, int with_dw, int with_db, int bf16, const unsigned char *px,
-                              const unsigned char *pdy, float mean, float rstd, const float *restrict wf,
-                              float *restrict dw_partial, float *restrict db_partial, float *acc_xg, float *acc_g,
-                              unsigned char *py, int stream, const unsigned char *qx, const unsigned char *qdy,
-                              bwd_row_state prev, int64_t n, const cpu_prefetch *pf)
+/* Rows r0..r1-1 through the pipeline of their dtype. */
+static void bwd_pipeline(const fusednorm_bwd_args *a, int64_t r0, int64_t r1, const float *wf, float *dw_partial,
+                         float *db_partial, int stream_dx, float *stage)
 {
-    cpu_v8 v_xg[2] = {{0}, {0}}, v_g[2] = {{0}, {0}};
-    int64_t i = 0;
-    for (; i + CPU_LANES <= n; i += CPU_LANES) {
-        cpu_prefetch_block(pf, i);
-        cpu_v8 xv[2], dyb[2], qxv[2], qdyb[2], dh[2];
-        cpu_blk_ld(px, bf16, i, &xv[0], &xv[1]);
-        cpu_blk_ld(pdy, bf16, i, &dyb[0], &dyb[1]);
-        if (py) {
-            cpu_blk_ld(qx, bf16, i, &qxv[0], &qxv[1]);
-            cpu_blk_ld(qdy, bf16, i, &qdyb[0], &qdyb[1]);
-        }
-        for (int q = 0; q < 2; q++) {
-            int64_t j = i + 8 * q;
-            cpu_v8 w = cpu_v8_load(wf + j);
-            cpu_v8 xhat = (xv[q] - mean) * rstd;
-            cpu_v8 dyv = dyb[q];
-            cpu_v8 g = dyv * w;
-            v_xg[q] += xhat * g;
-            if (layernorm) v_g[q] += g;
-            if (with_dw) {
-                cpu_v8 d = cpu_v8_load(dw_partial + j) + dyv * xhat;
-                cpu_v8_store(dw_partial + j, &d);
-            }
-            if (with_db) {
-                cpu_v8 d = cpu_v8_load(db_partial + j) + dyv;
-                cpu_v8_store(db_partial + j, &d);
-            }
-            if (py) {
-                cpu_v8 qxhat = (qxv[q] - prev.mean) * prev.rstd;
-                dh[q] = prev.rstd * ((qdyb[q] * w - prev.mean_g) - qxhat * prev.mean_xg);
-            }
-        }
-        if (py) cpu_blk_st(py, bf16, i, &dh[0], &dh[1], stream);
-    }
-    cpu_v8_store(acc_xg, &v_xg[0]);
-    cpu_v8_store(acc_xg + 8, &v_xg[1]);
-    cpu_v8_store(acc_g, &v_g[0]);
-    cpu_v8_store(acc_g + 8, &v_g[1]);
-    if (bf16) {
-        cpu_lanes_unsplit(acc_xg);
-        cpu_lanes_unsplit(acc_g);
-    }
-    for (int k = 0; i + k < n; k++) {
-        int64_t j = i + k;
-        float xhat = ((bf16 ? cpu_ld_bf16(px, j) : cpu_ld_f32(px, j)) - mean) * rstd;
-        float dyv = bf16 ? cpu_ld_bf16(pdy, j) : cpu_ld_f32(pdy, j);
-        float g = dyv * wf[j];
-        acc_xg[k] += xhat * g;
-        if (layernorm) acc_g[k] += g;
-        if (with_dw) dw_partial[j] += dyv * xhat;
-        if (with_db) db_partial[j] += dyv;
-        if (py) {
-            float qxhat = ((bf16 ? cpu_ld_bf16(qx, j) : cpu_ld_f32(qx, j)) - prev.mean) * prev.rstd;
-            float qdyv = bf16 ? cpu_ld_bf16(qdy, j) : cpu_ld_f32(qdy, j);
-            float dhv = prev.rstd * ((qdyv * wf[j] - prev.mean_g) - qxhat * prev.mean_xg);
-            if (bf16) cpu_st_bf16(py, j, dhv);
-            else cpu_st_f32(py, j, dhv);
-        }
-    }
-}
-
-/* The variants with their switches as constants: bit 0 bf16, 1 dweight,
- * 2 dbias, 3 LayerNorm. */
-#define BWD_PIPE_CASE(C)                                                                                              \
-    case C:                                                                                                           \
-        bwd_pipe_pass(((C) >> 3) & 1, ((C) >> 1) & 1, ((C) >> 2) & 1, (C)&1, px, pdy, mean, rstd, wf, dw_partial,      \
-                      db_partial, acc_xg, acc_g, py, stream, qx, qdy, prev, n, pf);                                   \
-        break;
-
-/* dx of one row alone (the pipeline's last row). */
-CPU_INLINE void bwd_pipe_store(int bf16, unsigned char *py, int stream, const unsigned char *qx,
-                               const unsigned char *qdy, const float *restrict wf, bwd_row_state st, int64_t n)
-{
-    int64_t j = 0;
-    for (; j + CPU_LANES <= n; j += CPU_LANES) {
-        cpu_v8 xv[2], dyb[2], dh[2];
-        cpu_blk_ld(qx, bf16, j, &xv[0], &xv[1]);
-        cpu_blk_ld(qdy, bf16, j, &dyb[0], &dyb[1]);
-        for (int q = 0; q < 2; q++) {
-            cpu_v8 xhat = (xv[q] - st.mean) * st.rstd;
-            dh[q] = st.rstd * ((dyb[q] * cpu_v8_load(wf + j + 8 * q) - st.mean_g) - xhat * st.mean_xg);
-        }
-        cpu_blk_st(py, bf16, j, &dh[0], &dh[1], stream);
-    }
-    for (; j < n; j++) {
-        float xhat = ((bf16 ? cpu_ld_bf16(qx, j) : cpu_ld_f32(qx, j)) - st.mean) * st.rstd;
-        float dyv = bf16 ? cpu_ld_bf16(qdy, j) : cpu_ld_f32(qdy, j);
-        float dh = st.rstd * ((dyv * wf[j] - st.mean_g) - xhat * st.mean_xg);
-        if (bf16) cpu_st_bf16(py, j, dh);
-        else cpu_st_f32(py, j, dh);
-    }
-}
-
-/* Rows r0..r1-1 through the pipeline. */
-CPU_ROW_KERNEL static void bwd_pipeline_rows(const fusednorm_bwd_args *a, int64_t r0, int64_t r1, const float *wf,
-                                             float *dw_partial, float *db_partial, int stream_dx, float *stage)
-{
-    int64_t n = a->cols, es = (int64_t)fn_dtype_size(a->x.dtype);
-    int layernorm = a->norm == FUSEDNORM_LAYERNORM, bf16 = a->x.dtype == FUSEDNORM_BF16;
-    int variant = bf16 | ((dw_partial != NULL) << 1) | ((db_partial != NULL) << 2) | (layernorm << 3);
-    bwd_row_state prev = {0, 0, 0, 0};
-    unsigned char *py = NULL, *dx_row = NULL;
-    const unsigned char *qx = NULL, *qdy = NULL;
-    int stream = 0, staged = 0;
-    size_t row_bytes = (size_t)n * (size_t)es;
-    for (int64_t r = r0; r < r1; r++) {
-        const unsigned char *px = row_in(&a->x, r), *pdy = row_in(&a->dy, r);
-        float rstd = a->rstd[r], mean = a->mean ? a->mean[r] : 0.0f;
-        cpu_prefetch next = {row_next(&a->x, r, a->rows), row_next(&a->dy, r, a->rows), es, es};
-        const cpu_prefetch *pf = &next;
-        float acc_xg[CPU_LANES], acc_g[CPU_LANES];
-        switch (variant) {
-            BWD_PIPE_CASE(0) BWD_PIPE_CASE(1) BWD_PIPE_CASE(2) BWD_PIPE_CASE(3)
-            BWD_PIPE_CASE(4) BWD_PIPE_CASE(5) BWD_PIPE_CASE(6) BWD_PIPE_CASE(7)
-            BWD_PIPE_CASE(8) BWD_PIPE_CASE(9) BWD_PIPE_CASE(10) BWD_PIPE_CASE(11)
-            BWD_PIPE_CASE(12) BWD_PIPE_CASE(13) BWD_PIPE_CASE(14) default: BWD_PIPE_CASE(15)
-        }
-        if (staged) cpu_stream_copy(dx_row, stage, row_bytes);
-        prev.mean = mean;
-        prev.rstd = rstd;
-        prev.mean_xg = cpu_lanes_total(acc_xg) / (float)n;
-        prev.mean_g = layernorm ? cpu_lanes_total(acc_g) / (float)n : 0.0f;
-        qx = px;
-        qdy = pdy;
-        dx_row = row_out(&a->dx, r);
-        /* Non-temporal stores need 16-byte alignment: a misaligned dx row is
-         * staged in scratch and streamed out from there. */
-        stream = stream_dx && ((uintptr_t)dx_row & 15) == 0;
-        staged = stream_dx && !stream;
-        py = staged ? (unsigned char *)stage : dx_row;
-    }
-    if (py) {
-        if (bf16) bwd_pipe_store(1, py, stream, qx, qdy, wf, prev, n);
-        else bwd_pipe_store(0, py, stream, qx, qdy, wf, prev, n);
-        if (staged) cpu_stream_copy(dx_row, stage, row_bytes);
-    }
+    if (a->x.dtype == FUSEDNORM_F16) fn_cpu_bwd_pipeline_rows_f16c(a, r0, r1, wf, dw_partial, db_partial, stream_dx, stage);
+    else bwd_pipeline_rows(a, r0, r1, wf, dw_partial, db_partial, stream_dx, stage);
 }
 
 /* out[j] (+)= sum over chunks, in chunk order, of partials[c * stride + j]. */
@@ -833,8 +466,9 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
                         3 * threads + 1, (long long)cols);
     float *wf = scratch, *thread_rows = scratch + stride;
     prepare_weight(wf, &a->weight, a->weight_offset, cols);
+    /* fp16 in the pipeline only built for F16C (norm_cpu_f16c.c) */
     int pipelined = a->rstd && !a->dresidual_out.data && !a->dresidual.data && a->x.dtype == a->dy.dtype &&
-                    a->dx.dtype == a->x.dtype && (a->x.dtype == FUSEDNORM_F32 || a->x.dtype == FUSEDNORM_BF16);
+                    a->dx.dtype == a->x.dtype && (a->x.dtype != FUSEDNORM_F16 || CPU_F16C_ENABLED());
     int split = pipelined && a->x.dtype == FUSEDNORM_BF16;
     if (split) cpu_split_row(wf, cols);
 
@@ -851,7 +485,7 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
 #pragma omp for schedule(dynamic, 1)
             for (int64_t g = 0; g < (rows + grab - 1) / grab; g++) {
                 int64_t r0 = g * grab, r1 = r0 + grab < rows ? r0 + grab : rows;
-                bwd_pipeline_rows(a, r0, r1, wf, NULL, NULL, stream, out);
+                bwd_pipeline(a, r0, r1, wf, NULL, NULL, stream, out);
             }
         } else if (plan.chunks == 0) {
 #pragma omp for schedule(dynamic, grab)
@@ -864,7 +498,7 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
                 float *dbp = db_partials ? db_partials + c * stride : NULL;
                 if (dwp) memset(dwp, 0, (size_t)cols * sizeof(float));
                 if (dbp) memset(dbp, 0, (size_t)cols * sizeof(float));
-                if (pipelined) bwd_pipeline_rows(a, r0, r1, wf, dwp, dbp, stream, out);
+                if (pipelined) bwd_pipeline(a, r0, r1, wf, dwp, dbp, stream, out);
                 else
                     for (int64_t r = r0; r < r1; r++) bwd_row(a, r, xs, gs, out, wf, dwp, dbp, stream);
             }
