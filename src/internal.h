@@ -115,9 +115,11 @@ static inline void fn_store(void *p, fusednorm_dtype t, int64_t i, float v)
 fusednorm_status fn_cpu_fwd(const fusednorm_fwd_args *a);
 fusednorm_status fn_cpu_bwd_workspace_size(const fusednorm_bwd_args *a, size_t *bytes);
 fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a);
-/* Tests only (set between calls): nonzero makes the CPU backend skip its
- * F16C forms of the fp16 rows, so that a test can compare both paths. */
-extern int fn_cpu_f16c_off;
+/* Tests only (set between calls), so that a test can compare the CPU
+ * backend's paths: nonzero skips the F16C forms of the fp16 rows
+ * (fn_cpu_f16c_off), or the row pipelines (fn_cpu_pipeline_off: every call
+ * on scratch rows). */
+extern int fn_cpu_f16c_off, fn_cpu_pipeline_off;
 
 /* CUDA backend (src/cuda/backend.c; src/cuda_stub.c when built without CUDA,
  * whose functions return FUSEDNORM_ERROR_UNSUPPORTED / 0). */

@@ -3,13 +3,14 @@
  * and dbias are bitwise identical across repeated runs and across OpenMP
  * thread counts (1, 2, 3, 4 and the default), for fp32 and 16-bit outputs
  * and with ACCUMULATE; forward y and backward dx are bitwise identical across
- * repeated runs; fp16 rows give the same bits with the F16C forms as without
- * them (a CPU with F16C and one without agree). Values are checked against
+ * repeated runs; the row pipelines give the scratch rows' bits, and fp16 rows
+ * the same bits with the F16C forms as without them (a CPU with F16C and one
+ * without agree). Values are checked against
  * the reference by test_cpu_ops; here only the bits matter.
  */
 #include "harness.h"
 #include "cpu/cpu_rows.h" /* cpu_f16c */
-#include "internal.h"   /* fn_cpu_f16c_off */
+#include "internal.h"   /* fn_cpu_f16c_off, fn_cpu_pipeline_off, fn_store */
 
 #include <omp.h>
 #include <stdlib.h>
@@ -158,22 +159,28 @@ static void test_fwd_repeat(fusednorm_norm norm, int64_t rows, int64_t cols, fus
     th_free(&y2);
 }
 
-/* fp16 rows: the F16C forms (the row pipelines of norm_cpu_f16c.c, the
- * scratch rows' F16C loads and stores) against the same calls without them
- * (fn_cpu_f16c_off): y, rstd, mean, dx, dweight and dbias bit for bit, the
- * residual call's residual_out too. Inf and NaN planted in a few rows of x
- * and dy take the F16C loads' fallback; a NaN then compares equal to any
- * NaN (which of two NaN operands' payloads an addition keeps depends on
- * the operand order, which the compiler may swap). Where the CPU has no
- * F16C both runs take the same path: said, and the bits still compared. */
-#define F16_OUTPUTS 7 /* y, residual_out, dx, dweight, dbias, rstd, mean */
+/* The CPU backend's paths agree bit for bit: the row pipelines against the
+ * scratch rows (fn_cpu_pipeline_off), and for fp16 the F16C forms against
+ * the 8-lane ones (fn_cpu_f16c_off); y, residual_out, rstd, mean, dx,
+ * dresidual, dweight and dbias, every dtype, with and without the residual
+ * call (its backward with dresidual_out and dresidual). Inf and NaN planted
+ * in a few rows of x and dy take the F16C loads' fallback; a NaN then
+ * compares equal to any NaN (which of two NaN operands' payloads an
+ * addition keeps depends on the operand order, which the compiler may
+ * swap). Where the CPU has no F16C the fp16 runs take one path: said, and
+ * the bits still compared. */
+enum { PATH_OUTPUTS = 8 }; /* y, residual_out, dx, dresidual, dweight, dbias, rstd, mean */
+typedef struct path_out {
+    unsigned char *p[PATH_OUTPUTS];
+    size_t n[PATH_OUTPUTS], es[PATH_OUTPUTS];
+} path_out;
 
 static int is_nan_bits(const unsigned char *p, size_t es)
 {
-    if (es == 2) {
+    if (es == 2) { /* fp16 or bf16: NaN in either reading of the bits */
         uint16_t h;
         memcpy(&h, p, 2);
-        return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu);
+        return ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu)) || ((h & 0x7f80u) == 0x7f80u && (h & 0x7fu));
     }
     uint32_t u;
     memcpy(&u, p, 4);
@@ -187,26 +194,23 @@ static int same_bits(const unsigned char *a, const unsigned char *b, size_t byte
         if (memcmp(a + i, b + i, es) && !(is_nan_bits(a + i, es) && is_nan_bits(b + i, es))) return 0;
     return 1;
 }
-static void f16_special(th_tensor *t, int64_t r, int64_t c, uint16_t bits)
+
+static void special(th_tensor *t, int64_t r, int64_t c, double v)
 {
-    memcpy((unsigned char *)t->shadow + ((size_t)r * (size_t)t->stride + (size_t)c) * 2, &bits, 2);
+    /* through the shadow: fp32 as is, 16-bit by internal.h's rounding */
+    unsigned char *p = t->shadow + ((size_t)r * (size_t)t->stride + (size_t)c) * t->esize;
+    fn_store(p, t->dtype, 0, (float)v);
 }
 
-static void run_f16_pair(fusednorm_norm norm, int64_t rows, int64_t cols, fusednorm_dtype wdt, int residual,
-                         th_tensor *x, th_tensor *dy, th_tensor *res, th_tensor *w, th_tensor *b,
-                         unsigned char *out[F16_OUTPUTS], size_t out_n[F16_OUTPUTS], size_t out_es[F16_OUTPUTS])
+static path_out run_paths(fusednorm_norm norm, int64_t rows, int64_t cols, fusednorm_dtype dt, fusednorm_dtype wdt,
+                          int residual, th_tensor *x, th_tensor *dy, th_tensor *res, th_tensor *dro, th_tensor *w,
+                          th_tensor *b)
 {
-    th_tensor y, ro, dx, dw, db;
-    th_alloc(&y, FUSEDNORM_CPU, FUSEDNORM_F16, rows, cols, 0, 0);
-    th_alloc(&ro, FUSEDNORM_CPU, FUSEDNORM_F16, rows, cols, 0, 0);
-    th_alloc(&dx, FUSEDNORM_CPU, FUSEDNORM_F16, rows, cols, 0, 0);
-    th_alloc(&dw, FUSEDNORM_CPU, wdt, 1, cols, 0, 0);
-    th_alloc(&db, FUSEDNORM_CPU, wdt, 1, cols, 0, 0);
-    th_poison(&y);
-    th_poison(&ro);
-    th_poison(&dx);
-    th_poison(&dw);
-    th_poison(&db);
+    th_tensor t[6]; /* y, residual_out, dx, dresidual, dweight, dbias */
+    for (int k = 0; k < 6; k++) {
+        th_alloc(&t[k], FUSEDNORM_CPU, k < 4 ? dt : wdt, k < 4 ? rows : 1, cols, 0, 0);
+        th_poison(&t[k]);
+    }
     float *rstd = malloc((size_t)rows * 4), *mean = malloc((size_t)rows * 4);
     fusednorm_fwd_args f;
     memset(&f, 0, sizeof f);
@@ -219,9 +223,9 @@ static void run_f16_pair(fusednorm_norm norm, int64_t rows, int64_t cols, fusedn
     if (norm == FUSEDNORM_LAYERNORM) f.bias = th_arg(b);
     if (residual) {
         f.residual = th_arg(res);
-        f.residual_out = th_arg(&ro);
+        f.residual_out = th_arg(&t[1]);
     }
-    f.y = th_arg(&y);
+    f.y = th_arg(&t[0]);
     f.rstd = rstd;
     f.mean = norm == FUSEDNORM_LAYERNORM ? mean : NULL;
     ASSERT_STATUS(fusednorm_fwd(&f), FUSEDNORM_OK);
@@ -232,83 +236,94 @@ static void run_f16_pair(fusednorm_norm norm, int64_t rows, int64_t cols, fusedn
     g.cols = cols;
     g.eps = 1e-5f;
     g.dy = th_arg(dy);
-    g.x = residual ? th_arg(&ro) : th_arg(x);
+    g.x = residual ? th_arg(&t[1]) : th_arg(x);
     g.weight = th_arg(w);
     g.rstd = rstd;
     g.mean = f.mean;
-    g.dx = th_arg(&dx);
-    g.dweight = th_arg(&dw);
-    if (norm == FUSEDNORM_LAYERNORM) g.dbias = th_arg(&db);
+    g.dx = th_arg(&t[2]);
+    if (residual) {
+        g.dresidual_out = th_arg(dro);
+        g.dresidual = th_arg(&t[3]);
+    }
+    g.dweight = th_arg(&t[4]);
+    if (norm == FUSEDNORM_LAYERNORM) g.dbias = th_arg(&t[5]);
     size_t ws = 0;
     ASSERT_STATUS(fusednorm_bwd_workspace_size(&g, &ws), FUSEDNORM_OK);
     g.workspace = malloc(ws + 64);
     g.workspace_bytes = ws + 64;
     ASSERT_STATUS(fusednorm_bwd(&g), FUSEDNORM_OK);
-    th_download(&y);
-    th_download(&ro);
-    th_download(&dx);
-    th_download(&dw);
-    th_download(&db);
-    const th_tensor *ts[] = {&y, &ro, &dx, &dw, &db};
-    for (int k = 0; k < 5; k++) {
-        out[k] = dup_bytes(ts[k]->shadow, ts[k]->bytes);
-        out_n[k] = ts[k]->bytes;
-        out_es[k] = ts[k]->esize;
+    path_out o;
+    for (int k = 0; k < 6; k++) {
+        th_download(&t[k]);
+        o.p[k] = dup_bytes(t[k].shadow, t[k].bytes);
+        o.n[k] = t[k].bytes;
+        o.es[k] = t[k].esize;
+        th_free(&t[k]);
     }
-    out[5] = dup_bytes(rstd, (size_t)rows * 4);
-    out[6] = dup_bytes(f.mean ? mean : rstd, (size_t)rows * 4);
-    out_n[5] = out_n[6] = (size_t)rows * 4;
-    out_es[5] = out_es[6] = 4;
+    o.p[6] = dup_bytes(rstd, (size_t)rows * 4);
+    o.p[7] = dup_bytes(f.mean ? mean : rstd, (size_t)rows * 4);
+    o.n[6] = o.n[7] = (size_t)rows * 4;
+    o.es[6] = o.es[7] = 4;
     free(g.workspace);
     free(rstd);
     free(mean);
-    th_free(&y);
-    th_free(&ro);
-    th_free(&dx);
-    th_free(&dw);
-    th_free(&db);
+    return o;
 }
 
-static void test_f16_paths(fusednorm_norm norm, int64_t rows, int64_t cols, fusednorm_dtype wdt, int residual,
-                           int specials)
+static void expect_same(const path_out *a, const path_out *b, const char *what)
 {
-    snprintf(th_context, sizeof th_context, "f16 F16C against without, norm %d rows %lld cols %lld w %d residual %d "
-             "specials %d", (int)norm, (long long)rows, (long long)cols, (int)wdt, residual, specials);
-    th_tensor x, dy, res, w, b;
-    th_alloc(&x, FUSEDNORM_CPU, FUSEDNORM_F16, rows, cols, 0, 0);
-    th_alloc(&dy, FUSEDNORM_CPU, FUSEDNORM_F16, rows, cols, 0, 0);
-    th_alloc(&res, FUSEDNORM_CPU, FUSEDNORM_F16, rows, cols, 0, 0);
+    static const char *const names[PATH_OUTPUTS] = {"y", "residual_out", "dx", "dresidual", "dweight", "dbias",
+                                                   "rstd", "mean"};
+    for (int k = 0; k < PATH_OUTPUTS; k++) {
+        int same = a->n[k] == b->n[k] && same_bits(a->p[k], b->p[k], a->n[k], a->es[k]);
+        ASSERT_TRUE(same);
+        if (!same) printf("  (%s: %s differs)\n", what, names[k]);
+    }
+}
+
+static void path_free(path_out *o)
+{
+    for (int k = 0; k < PATH_OUTPUTS; k++) free(o->p[k]);
+}
+
+static void test_paths(fusednorm_norm norm, int64_t rows, int64_t cols, fusednorm_dtype dt, fusednorm_dtype wdt,
+                       int residual, int specials)
+{
+    snprintf(th_context, sizeof th_context, "paths: norm %d rows %lld cols %lld dtype %d w %d residual %d specials %d",
+             (int)norm, (long long)rows, (long long)cols, (int)dt, (int)wdt, residual, specials);
+    th_tensor x, dy, res, dro, w, b;
+    th_tensor *acts[] = {&x, &dy, &res, &dro};
+    for (int k = 0; k < 4; k++) {
+        th_alloc(acts[k], FUSEDNORM_CPU, dt, rows, cols, 0, 0);
+        th_fill(acts[k], k == 0 ? -3 : -1, k == 0 ? 3 : 1);
+    }
     th_alloc(&w, FUSEDNORM_CPU, wdt, 1, cols, 0, 0);
     th_alloc(&b, FUSEDNORM_CPU, wdt, 1, cols, 0, 0);
-    th_fill(&x, -3, 3);
-    th_fill(&dy, -1, 1);
-    th_fill(&res, -1, 1);
     th_fill(&w, 0.5, 1.5);
     th_fill(&b, -0.5, 0.5);
-    if (specials) { /* rows 1 and 2: Inf, -Inf, a quiet and a signaling NaN (in x), a NaN in dy */
-        const uint16_t sp[] = {0x7c00, 0xfc00, 0x7e01, 0x7c05};
-        for (int k = 0; k < 4; k++) f16_special(&x, 1 + k / 2, (cols - 1) * k / 3, sp[k]);
-        f16_special(&dy, rows - 1, cols / 2, 0x7d00);
+    if (specials) { /* rows 1 and 2: Inf, -Inf and NaN in x; a NaN in dy */
+        special(&x, 1, 0, 1.0 / 0.0);
+        special(&x, 1, cols / 3, -1.0 / 0.0);
+        special(&x, 2, cols - 1, 0.0 / 0.0);
+        special(&dy, rows - 1, cols / 2, 0.0 / 0.0);
         th_upload(&x);
         th_upload(&dy);
     }
-    unsigned char *with[F16_OUTPUTS], *without[F16_OUTPUTS];
-    size_t n_with[F16_OUTPUTS], n_without[F16_OUTPUTS], es[F16_OUTPUTS];
-    run_f16_pair(norm, rows, cols, wdt, residual, &x, &dy, &res, &w, &b, with, n_with, es);
-    fn_cpu_f16c_off = 1;
-    run_f16_pair(norm, rows, cols, wdt, residual, &x, &dy, &res, &w, &b, without, n_without, es);
-    fn_cpu_f16c_off = 0;
-    static const char *const names[F16_OUTPUTS] = {"y", "residual_out", "dx", "dweight", "dbias", "rstd", "mean"};
-    for (int k = 0; k < F16_OUTPUTS; k++) {
-        ASSERT_TRUE(n_with[k] == n_without[k] && same_bits(with[k], without[k], n_with[k], es[k]));
-        if (n_with[k] != n_without[k] || !same_bits(with[k], without[k], n_with[k], es[k]))
-            printf("  (%s differs)\n", names[k]);
-        free(with[k]);
-        free(without[k]);
+    path_out def = run_paths(norm, rows, cols, dt, wdt, residual, &x, &dy, &res, &dro, &w, &b);
+    fn_cpu_pipeline_off = 1;
+    path_out rows_only = run_paths(norm, rows, cols, dt, wdt, residual, &x, &dy, &res, &dro, &w, &b);
+    fn_cpu_pipeline_off = 0;
+    expect_same(&def, &rows_only, "pipeline against scratch rows");
+    if (dt == FUSEDNORM_F16) {
+        fn_cpu_f16c_off = 1;
+        path_out no_f16c = run_paths(norm, rows, cols, dt, wdt, residual, &x, &dy, &res, &dro, &w, &b);
+        fn_cpu_f16c_off = 0;
+        expect_same(&def, &no_f16c, "F16C against without");
+        path_free(&no_f16c);
     }
-    th_free(&x);
-    th_free(&dy);
-    th_free(&res);
+    path_free(&def);
+    path_free(&rows_only);
+    for (int k = 0; k < 4; k++) th_free(acts[k]);
     th_free(&w);
     th_free(&b);
 }
@@ -329,11 +344,16 @@ int main(void)
     test_fwd_repeat(FUSEDNORM_RMSNORM, 7, 65537, FUSEDNORM_F32);
     omp_set_num_threads(default_threads);
     if (!cpu_f16c()) printf("test_determinism: this CPU has no F16C + AVX2: the fp16 cases compare one path with itself\n");
-    test_f16_paths(FUSEDNORM_RMSNORM, 67, 4096, FUSEDNORM_F16, 0, 0);
-    test_f16_paths(FUSEDNORM_LAYERNORM, 67, 4096, FUSEDNORM_F16, 0, 1);
-    test_f16_paths(FUSEDNORM_RMSNORM, 35, 4097, FUSEDNORM_F32, 0, 1);
-    test_f16_paths(FUSEDNORM_LAYERNORM, 300, 1000, FUSEDNORM_F32, 0, 0);
-    test_f16_paths(FUSEDNORM_RMSNORM, 33, 1031, FUSEDNORM_F16, 1, 1);
-    test_f16_paths(FUSEDNORM_LAYERNORM, 5, 7, FUSEDNORM_F16, 0, 0);
+    const fusednorm_dtype dts[] = {FUSEDNORM_F32, FUSEDNORM_BF16, FUSEDNORM_F16};
+    for (int d = 0; d < 3; d++) {
+        const fusednorm_dtype dt = dts[d];
+        test_paths(FUSEDNORM_RMSNORM, 67, 4096, dt, dt, 0, 0);
+        test_paths(FUSEDNORM_LAYERNORM, 67, 4096, dt, dt, 0, 1);
+        test_paths(FUSEDNORM_RMSNORM, 35, 4097, dt, FUSEDNORM_F32, 0, 1);
+        test_paths(FUSEDNORM_LAYERNORM, 300, 1000, dt, FUSEDNORM_F32, 0, 0);
+        test_paths(FUSEDNORM_RMSNORM, 33, 1031, dt, dt, 1, 1);
+        test_paths(FUSEDNORM_LAYERNORM, 40, 2048, dt, dt, 1, 0);
+        test_paths(FUSEDNORM_LAYERNORM, 5, 7, dt, dt, 1, 0);
+    }
     return th_finish();
 }

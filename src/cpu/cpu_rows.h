@@ -338,9 +338,9 @@ static inline void cpu_bwd_dh_f16c(unsigned char *p, const float *restrict xhat,
 /* The row pipelines built for fp16 (norm_cpu_f16c.c, from cpu_pipeline.h);
  * called only where cpu_f16c() (where it is 0 they are stubs). */
 void fn_cpu_fwd_pipeline_thread_f16c(const fusednorm_fwd_args *a, const float *wf, const float *bf, int stream_y,
-                                     int64_t *shared_next, int64_t grab, float *stage);
+                                     int stream_ro, int64_t *shared_next, int64_t grab, float *stage);
 void fn_cpu_bwd_pipeline_rows_f16c(const fusednorm_bwd_args *a, int64_t r0, int64_t r1, const float *wf,
-                                   float *dw_partial, float *db_partial, int stream_dx, float *stage);
+                                   float *dw_partial, float *db_partial, int stream_dx, int stream_dr, float *stage);
 
 /* dst[i] = src[i] (add: dst[i] += src[i]) of an fp16 row, 8 lanes at a time. */
 CPU_INLINE void cpu_load_row_f16(float *restrict dst, const unsigned char *p, int64_t n, int add)

@@ -38,7 +38,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-int fn_cpu_f16c_off = 0;
+int fn_cpu_f16c_off = 0, fn_cpu_pipeline_off = 0;
 
 /* Below this many elements a parallel region costs more than it saves. */
 #define CPU_PARALLEL_MIN_ELEMENTS (1 << 15)
@@ -211,8 +211,11 @@ fusednorm_status fn_cpu_fwd(const fusednorm_fwd_args *a)
     float *thread_rows = scratch + (1 + have_bias) * stride;
     prepare_weight(wf, &a->weight, a->weight_offset, cols);
     if (bf) cpu_load_row(bf, a->bias.data, a->bias.dtype, cols);
-    /* fp16 in the pipeline only built for F16C (norm_cpu_f16c.c) */
-    int pipelined = !a->residual.data && !a->residual_out.data && a->x.dtype == a->y.dtype &&
+    /* One dtype for x, y and any residual stream; fp16 in the pipeline only
+     * built for F16C (norm_cpu_f16c.c). */
+    int one_dtype = a->x.dtype == a->y.dtype && (!a->residual.data || a->residual.dtype == a->x.dtype) &&
+                    (!a->residual_out.data || a->residual_out.dtype == a->x.dtype);
+    int pipelined = !fn_cpu_pipeline_off && one_dtype && (a->residual.data || !a->residual_out.data) &&
                     (a->x.dtype != FUSEDNORM_F16 || CPU_F16C_ENABLED());
     if (pipelined && a->x.dtype == FUSEDNORM_BF16) {
         cpu_split_row(wf, cols);
@@ -226,8 +229,9 @@ fusednorm_status fn_cpu_fwd(const fusednorm_fwd_args *a)
 #pragma omp parallel num_threads(threads) if (threads > 1)
     if (pipelined) {
         float *stage = thread_rows + 2 * (int64_t)omp_get_thread_num() * stride;
-        if (a->x.dtype == FUSEDNORM_F16) fn_cpu_fwd_pipeline_thread_f16c(a, wf, bf, stream_y, &shared_next, grab, stage);
-        else fwd_pipeline_thread(a, wf, bf, stream_y, &shared_next, grab, stage);
+        if (a->x.dtype == FUSEDNORM_F16)
+            fn_cpu_fwd_pipeline_thread_f16c(a, wf, bf, stream_y, stream_residual_out, &shared_next, grab, stage);
+        else fwd_pipeline_thread(a, wf, bf, stream_y, stream_residual_out, &shared_next, grab, stage);
         cpu_stream_fence();
     } else {
         float *h = thread_rows + 2 * (int64_t)omp_get_thread_num() * stride, *out = h + stride;
@@ -395,10 +399,11 @@ CPU_ROW_KERNEL static void bwd_row(const fusednorm_bwd_args *a, int64_t r, float
 
 /* Rows r0..r1-1 through the pipeline of their dtype. */
 static void bwd_pipeline(const fusednorm_bwd_args *a, int64_t r0, int64_t r1, const float *wf, float *dw_partial,
-                         float *db_partial, int stream_dx, float *stage)
+                         float *db_partial, int stream_dx, int stream_dr, float *stage)
 {
-    if (a->x.dtype == FUSEDNORM_F16) fn_cpu_bwd_pipeline_rows_f16c(a, r0, r1, wf, dw_partial, db_partial, stream_dx, stage);
-    else bwd_pipeline_rows(a, r0, r1, wf, dw_partial, db_partial, stream_dx, stage);
+    if (a->x.dtype == FUSEDNORM_F16)
+        fn_cpu_bwd_pipeline_rows_f16c(a, r0, r1, wf, dw_partial, db_partial, stream_dx, stream_dr, stage);
+    else bwd_pipeline_rows(a, r0, r1, wf, dw_partial, db_partial, stream_dx, stream_dr, stage);
 }
 
 /* out[j] (+)= sum over chunks, in chunk order, of partials[c * stride + j]. */
@@ -466,16 +471,19 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
                         3 * threads + 1, (long long)cols);
     float *wf = scratch, *thread_rows = scratch + stride;
     prepare_weight(wf, &a->weight, a->weight_offset, cols);
-    /* fp16 in the pipeline only built for F16C (norm_cpu_f16c.c) */
-    int pipelined = a->rstd && !a->dresidual_out.data && !a->dresidual.data && a->x.dtype == a->dy.dtype &&
-                    a->dx.dtype == a->x.dtype && (a->x.dtype != FUSEDNORM_F16 || CPU_F16C_ENABLED());
+    /* x, dy, dx and any residual gradients of one dtype; fp16 in the
+     * pipeline only built for F16C (norm_cpu_f16c.c). */
+    int pipelined = !fn_cpu_pipeline_off && a->rstd && a->x.dtype == a->dy.dtype && a->dx.dtype == a->x.dtype &&
+                    (!a->dresidual_out.data || a->dresidual_out.dtype == a->x.dtype) &&
+                    (!a->dresidual.data || a->dresidual.dtype == a->x.dtype) &&
+                    (a->x.dtype != FUSEDNORM_F16 || CPU_F16C_ENABLED());
     int split = pipelined && a->x.dtype == FUSEDNORM_BF16;
     if (split) cpu_split_row(wf, cols);
 
     /* Without dweight/dbias any split of rows is fine; with them, the split is
      * the plan's chunks, whatever thread runs each one. */
     int64_t chunks = plan.chunks > 0 ? plan.chunks : 1;
-    int stream = stream_output(&a->dx, rows, cols);
+    int stream = stream_output(&a->dx, rows, cols), stream_dr = stream_output(&a->dresidual, rows, cols);
     int64_t grab = rows_per_grab(cols);
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
@@ -485,7 +493,7 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
 #pragma omp for schedule(dynamic, 1)
             for (int64_t g = 0; g < (rows + grab - 1) / grab; g++) {
                 int64_t r0 = g * grab, r1 = r0 + grab < rows ? r0 + grab : rows;
-                bwd_pipeline(a, r0, r1, wf, NULL, NULL, stream, out);
+                bwd_pipeline(a, r0, r1, wf, NULL, NULL, stream, stream_dr, out);
             }
         } else if (plan.chunks == 0) {
 #pragma omp for schedule(dynamic, grab)
@@ -498,7 +506,7 @@ fusednorm_status fn_cpu_bwd(const fusednorm_bwd_args *a)
                 float *dbp = db_partials ? db_partials + c * stride : NULL;
                 if (dwp) memset(dwp, 0, (size_t)cols * sizeof(float));
                 if (dbp) memset(dbp, 0, (size_t)cols * sizeof(float));
-                if (pipelined) bwd_pipeline(a, r0, r1, wf, dwp, dbp, stream, out);
+                if (pipelined) bwd_pipeline(a, r0, r1, wf, dwp, dbp, stream, stream_dr, out);
                 else
                     for (int64_t r = r0; r < r1; r++) bwd_row(a, r, xs, gs, out, wf, dwp, dbp, stream);
             }

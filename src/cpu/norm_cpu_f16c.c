@@ -24,13 +24,14 @@ _Static_assert(CPU_HAVE_F16C, "cpu_rows.h's F16C condition and this file's agree
 #else
 #include "cpu/cpu_rows.h"
 void fn_cpu_fwd_pipeline_thread_f16c(const fusednorm_fwd_args *a, const float *wf, const float *bf, int stream_y,
-                                     int64_t *shared_next, int64_t grab, float *stage)
+                                     int stream_ro, int64_t *shared_next, int64_t grab, float *stage)
 {
-    (void)a, (void)wf, (void)bf, (void)stream_y, (void)shared_next, (void)grab, (void)stage;
+    (void)a, (void)wf, (void)bf, (void)stream_y, (void)stream_ro, (void)shared_next, (void)grab, (void)stage;
 }
 void fn_cpu_bwd_pipeline_rows_f16c(const fusednorm_bwd_args *a, int64_t r0, int64_t r1, const float *wf,
-                                   float *dw_partial, float *db_partial, int stream_dx, float *stage)
+                                   float *dw_partial, float *db_partial, int stream_dx, int stream_dr, float *stage)
 {
-    (void)a, (void)r0, (void)r1, (void)wf, (void)dw_partial, (void)db_partial, (void)stream_dx, (void)stage;
+    (void)a, (void)r0, (void)r1, (void)wf, (void)dw_partial, (void)db_partial, (void)stream_dx, (void)stream_dr,
+        (void)stage;
 }
 #endif
