@@ -249,8 +249,9 @@ static path_out run_paths(fusednorm_norm norm, int64_t rows, int64_t cols, fused
     if (norm == FUSEDNORM_LAYERNORM) g.dbias = th_arg(&t[5]);
     size_t ws = 0;
     ASSERT_STATUS(fusednorm_bwd_workspace_size(&g, &ws), FUSEDNORM_OK);
-    g.workspace = malloc(ws + 64);
-    g.workspace_bytes = ws + 64;
+    g.workspace = ws ? malloc(ws) : NULL;
+    if (g.workspace) memset(g.workspace, 0xFF, ws);
+    g.workspace_bytes = ws;
     ASSERT_STATUS(fusednorm_bwd(&g), FUSEDNORM_OK);
     path_out o;
     for (int k = 0; k < 6; k++) {

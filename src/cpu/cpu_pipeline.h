@@ -51,6 +51,13 @@ static inline unsigned char *row_out(const fusednorm_tensor *t, int64_t r)
  * blocks, weight and bias are in split order (cpu_rows.h); fp16 in natural
  * order. */
 
+/* The 32 variants of a pipeline pass as the cases of a switch, CASE(C)
+ * each (the last one the default: a variant is 0..31). */
+#define CPU_PIPE_VARIANTS(CASE)                                                                                       \
+    CASE(0) CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)      \
+    CASE(13) CASE(14) CASE(15) CASE(16) CASE(17) CASE(18) CASE(19) CASE(20) CASE(21) CASE(22) CASE(23) CASE(24)    \
+    CASE(25) CASE(26) CASE(27) CASE(28) CASE(29) CASE(30) default: CASE(31)
+
 /* A row's input: x, and with the residual call its residual row r, added
  * to x in fp32 (h = x + r, in that order, as fwd_row's cpu_add_row). */
 typedef struct fwd_row_in {
@@ -200,14 +207,7 @@ CPU_INLINE float fwd_pipe_dispatch(int variant, fwd_row_out out, fwd_row_in q, c
                                    const cpu_prefetch *pf)
 {
     switch (variant) {
-        FWD_PIPE_CASE(0) FWD_PIPE_CASE(1) FWD_PIPE_CASE(2) FWD_PIPE_CASE(3)
-        FWD_PIPE_CASE(4) FWD_PIPE_CASE(5) FWD_PIPE_CASE(6) FWD_PIPE_CASE(7)
-        FWD_PIPE_CASE(8) FWD_PIPE_CASE(9) FWD_PIPE_CASE(10) FWD_PIPE_CASE(11)
-        FWD_PIPE_CASE(12) FWD_PIPE_CASE(13) FWD_PIPE_CASE(14) FWD_PIPE_CASE(15)
-        FWD_PIPE_CASE(16) FWD_PIPE_CASE(17) FWD_PIPE_CASE(18) FWD_PIPE_CASE(19)
-        FWD_PIPE_CASE(20) FWD_PIPE_CASE(21) FWD_PIPE_CASE(22) FWD_PIPE_CASE(23)
-        FWD_PIPE_CASE(24) FWD_PIPE_CASE(25) FWD_PIPE_CASE(26) FWD_PIPE_CASE(27)
-        FWD_PIPE_CASE(28) FWD_PIPE_CASE(29) FWD_PIPE_CASE(30) default: FWD_PIPE_CASE(31)
+        CPU_PIPE_VARIANTS(FWD_PIPE_CASE)
     }
 }
 
@@ -505,14 +505,7 @@ CPU_PIPE_KERNEL void CPU_PIPE_NAME(bwd_pipeline_rows)(const fusednorm_bwd_args *
         const cpu_prefetch *pf = &next;
         float acc_xg[CPU_LANES], acc_g[CPU_LANES];
         switch (variant) {
-            BWD_PIPE_CASE(0) BWD_PIPE_CASE(1) BWD_PIPE_CASE(2) BWD_PIPE_CASE(3)
-            BWD_PIPE_CASE(4) BWD_PIPE_CASE(5) BWD_PIPE_CASE(6) BWD_PIPE_CASE(7)
-            BWD_PIPE_CASE(8) BWD_PIPE_CASE(9) BWD_PIPE_CASE(10) BWD_PIPE_CASE(11)
-            BWD_PIPE_CASE(12) BWD_PIPE_CASE(13) BWD_PIPE_CASE(14) BWD_PIPE_CASE(15)
-            BWD_PIPE_CASE(16) BWD_PIPE_CASE(17) BWD_PIPE_CASE(18) BWD_PIPE_CASE(19)
-            BWD_PIPE_CASE(20) BWD_PIPE_CASE(21) BWD_PIPE_CASE(22) BWD_PIPE_CASE(23)
-            BWD_PIPE_CASE(24) BWD_PIPE_CASE(25) BWD_PIPE_CASE(26) BWD_PIPE_CASE(27)
-            BWD_PIPE_CASE(28) BWD_PIPE_CASE(29) BWD_PIPE_CASE(30) default: BWD_PIPE_CASE(31)
+            CPU_PIPE_VARIANTS(BWD_PIPE_CASE)
         }
         if (staged) cpu_stream_copy(dx_row, stage, row_bytes);
         prev.mean = mean;

@@ -238,19 +238,38 @@ CPU_INLINE void cpu_v8_st_f16(unsigned char *p, int64_t i, const cpu_v8 *v)
  *  - fp32 -> fp16: vcvtps2ph, its immediate asking for round to nearest even
  *    whatever MXCSR says;
  *  - fp16 -> fp32: vcvtph2ps quiets signaling NaNs, which fn_f16_to_f32
- *    keeps, so a block with any exponent-31 lane (Inf, NaN: never in
+ *    keeps, so a block of 16 with any exponent-31 lane (Inf, NaN: never in
  *    ordinary data) takes cpu_v8_from_f16 instead. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(FN_CPU_NO_ISA_CLONES)
 #include <immintrin.h>
 #define CPU_HAVE_F16C 1
 static inline int cpu_f16c(void) { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2"); }
 #define CPU_F16C __attribute__((target("avx2,f16c"), unused)) static
+/* The two conversions every F16C form uses, inlined only into functions
+ * built for AVX2 + F16C (those below, and norm_cpu_f16c.c's pipelines). */
+#define CPU_F16C_INLINE __attribute__((target("avx2,f16c"), always_inline, unused)) static inline
+/* 8 lanes rounded into fp16 (round to nearest even by the immediate). */
+CPU_F16C_INLINE __m128i cpu_f16c_cvt8(__m256 v) { return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+CPU_F16C_INLINE void cpu_f16c_st8(unsigned char *p, __m256 v) { _mm_storeu_si128((__m128i *)(void *)p, cpu_f16c_cvt8(v)); }
+/* The 16 fp16 at p as fp32 (lo: the first 8): one Inf / NaN test, two
+ * vcvtph2ps; a block with an exponent-31 lane takes the 8-lane form. */
+CPU_F16C_INLINE void cpu_f16c_ld16(const unsigned char *p, cpu_v8 *lo, cpu_v8 *hi)
+{
+    const __m256i exp_mask = _mm256_set1_epi16(0x7c00);
+    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    if (_mm256_movemask_epi8(_mm256_cmpeq_epi16(_mm256_and_si256(h, exp_mask), exp_mask))) {
+        *lo = cpu_v8_ld_f16(p, 0);
+        *hi = cpu_v8_ld_f16(p, 8);
+        return;
+    }
+    __m256 a = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), b = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+    memcpy(lo, &a, sizeof *lo);
+    memcpy(hi, &b, sizeof *hi);
+}
 CPU_F16C void cpu_store_row_f16c(unsigned char *p, const float *restrict src, int64_t n)
 {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(void *)(p + 2 * i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i + 8 <= n; i += 8) cpu_f16c_st8(p + 2 * i, _mm256_loadu_ps(src + i));
     for (; i < n; i++) cpu_st_f16(p, i, src[i]);
 }
 /* The forward's y row, y = ((h - mean) * rstd) * wf (+ bf), rounded into
@@ -264,7 +283,7 @@ CPU_F16C void cpu_fwd_normalize_f16c(unsigned char *p, const float *restrict h, 
     for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(h + i), vm), vr), _mm256_loadu_ps(wf + i));
         if (bf) v = _mm256_add_ps(v, _mm256_loadu_ps(bf + i));
-        _mm_storeu_si128((__m128i *)(void *)(p + 2 * i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        cpu_f16c_st8(p + 2 * i, v);
     }
     for (; i < n; i++) {
         float v = ((h[i] - mean) * rstd) * wf[i];
@@ -283,26 +302,21 @@ CPU_F16C void cpu_bwd_dh_f16c(unsigned char *p, const float *restrict xhat, cons
     for (; i + 8 <= n; i += 8) {
         __m256 a = _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(g + i), _mm256_loadu_ps(wf + i)), vg);
         __m256 v = _mm256_mul_ps(vr, _mm256_sub_ps(a, _mm256_mul_ps(_mm256_loadu_ps(xhat + i), vxg)));
-        _mm_storeu_si128((__m128i *)(void *)(p + 2 * i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        cpu_f16c_st8(p + 2 * i, v);
     }
     for (; i < n; i++) cpu_st_f16(p, i, rstd * ((g[i] * wf[i] - mean_g) - xhat[i] * mean_xg));
 }
 /* dst[i] = src[i] (add: dst[i] += src[i]) of an fp16 row. */
 CPU_F16C void cpu_load_row_f16c(float *restrict dst, const unsigned char *p, int64_t n, int add)
 {
-    const __m128i exp_mask = _mm_set1_epi16(0x7c00);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(p + 2 * i));
-        __m256 v;
-        if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(h, exp_mask), exp_mask))) {
-            cpu_v8 w = cpu_v8_ld_f16(p, i);
-            memcpy(&v, &w, sizeof v);
-        } else {
-            v = _mm256_cvtph_ps(h);
+    for (; i + 16 <= n; i += 16) {
+        cpu_v8 v[2];
+        cpu_f16c_ld16(p + 2 * i, &v[0], &v[1]);
+        for (int q = 0; q < 2; q++) {
+            if (add) v[q] = cpu_v8_load(dst + i + 8 * q) + v[q];
+            cpu_v8_store(dst + i + 8 * q, &v[q]);
         }
-        if (add) v = _mm256_add_ps(_mm256_loadu_ps(dst + i), v);
-        _mm256_storeu_ps(dst + i, v);
     }
     for (; i < n; i++) dst[i] = add ? dst[i] + cpu_ld_f16(p, i) : cpu_ld_f16(p, i);
 }
@@ -459,7 +473,7 @@ CPU_INLINE cpu_h8 cpu_v8_to_f16_any(const cpu_v8 *v)
 #if defined(__F16C__) && defined(__AVX2__)
     __m256 f;
     memcpy(&f, v, sizeof f);
-    __m128i h = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m128i h = cpu_f16c_cvt8(f);
     cpu_h8 r;
     memcpy(&r, &h, sizeof r);
     return r;
@@ -473,18 +487,11 @@ CPU_INLINE void cpu_blk_ld(const unsigned char *p, int half, int64_t i, cpu_v8 *
 {
     if (half == 2) {
 #if defined(__F16C__) && defined(__AVX2__)
-        /* the 16 at once: one Inf / NaN test, two conversions */
-        const __m256i exp_mask = _mm256_set1_epi16(0x7c00);
-        __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(p + 2 * i));
-        if (!_mm256_movemask_epi8(_mm256_cmpeq_epi16(_mm256_and_si256(h, exp_mask), exp_mask))) {
-            __m256 lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
-            memcpy(a, &lo, sizeof *a);
-            memcpy(b, &hi, sizeof *b);
-            return;
-        }
-#endif
+        cpu_f16c_ld16(p + 2 * i, a, b);
+#else
         *a = cpu_v8_ld_f16(p, i);
         *b = cpu_v8_ld_f16(p, i + 8);
+#endif
         return;
     }
     if (half) {
