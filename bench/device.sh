@@ -66,7 +66,9 @@ if has tests; then
   grep FAIL "$OUT/check_cuda_capped.log" | head -20
   # The backward's ODD tile rounds a capped grid up to the rows' period (8 CTAs
   # for 16-bit odd N): 20 rows, so that each CTA walks 2-3 rows of one offset.
-  FUSEDNORM_GRID_CAP=2 "$FN" check --backend cuda --cols 999,2047,4097,8191 --rows 20 --quiet \
+  # 40001 and 65537: the 32-element ODD tile over 4 CTAs (16-bit), and the
+  # residual call it leaves to the SHIFT tile / two-pass.
+  FUSEDNORM_GRID_CAP=2 "$FN" check --backend cuda --cols 999,2047,4097,8191,40001,65537 --rows 20 --quiet \
     >"$OUT/check_cuda_capped_odd.log" 2>&1
   echo "fusednorm check --backend cuda, odd rows, grids capped at 2: exit $? ($(tail -1 "$OUT/check_cuda_capped_odd.log"))" |
     tee -a "$SUMMARY"

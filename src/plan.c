@@ -276,11 +276,12 @@ int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u)
     return 1;
 }
 
-/* The ODD tile's plan for at most max_cluster CTAs a row, 0 where none. */
-static int bwd_odd_plan(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int max_cluster, int is_ln)
+/* The ODD tile's plan for at most max_cluster CTAs a row (wide: the
+ * 32-element tile allowed), 0 where none. */
+static int bwd_odd_plan(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int max_cluster, int wide, int is_ln)
 {
     const int vec = 16 / x_bytes;
-    const fn_plan_problem pb = {1, cols / vec * vec, x_bytes, 1, cc_major, max_cluster, 0, 0, 0, 0, 0, is_ln, 0};
+    const fn_plan_problem pb = {1, cols / vec * vec, x_bytes, 1, cc_major, max_cluster, wide, 0, 0, 0, 0, is_ln, 0};
     fn_plan o = fn_plan_make(&pb);
     /* a lane for each head and tail element (at most 2 * (vec - 1) = 14) */
     _Static_assert(FN_PLAN_BWD_ODD_MIN_TPR >= 2 * (16 / 2 - 1), "the ODD tile's edge lanes");
@@ -291,16 +292,20 @@ static int bwd_odd_plan(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, in
     return 1;
 }
 
-int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int max_cluster, int is_ln)
+int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int max_cluster, int wide, int is_ln)
 {
     /* One CTA a row wherever one holds it: fp32 8193 in 2 x 256 measured
      * 0.93-0.94x of 1 x 512 (session 15). Past that a cluster, of at most 4
      * CTAs for 16-bit rows: bf16 65537 in 8 x 512 measured 0.73-0.88x of
      * two-pass, 12289 (2 x 384) 1.43-1.49x, 32769 (4 x 512) 1.24-1.36x;
-     * fp32 12289..65537 (3..16 CTAs) 1.04-1.52x (docs/perf.md step 82). */
-    if (bwd_odd_plan(pl, cols, x_bytes, cc_major, 1, is_ln)) return 1;
+     * fp32 12289..65537 (3..16 CTAs) 1.04-1.52x (docs/perf.md step 82).
+     * 16-bit rows that 4 CTAs of the 16-element tile cannot hold take the
+     * 32-element tile over up to 4 (65537 as 65536 in 4 x 512 x 32). */
+    if (bwd_odd_plan(pl, cols, x_bytes, cc_major, 1, 0, is_ln)) return 1;
     const int most = x_bytes == 2 ? FN_PLAN_BWD_ODD_MAX_CLUSTER_16 : max_cluster;
-    return bwd_odd_plan(pl, cols, x_bytes, cc_major, most < max_cluster ? most : max_cluster, is_ln);
+    const int c = most < max_cluster ? most : max_cluster;
+    if (bwd_odd_plan(pl, cols, x_bytes, cc_major, c, 0, is_ln)) return 1;
+    return wide && x_bytes == 2 && bwd_odd_plan(pl, cols, x_bytes, cc_major, c, 1, is_ln);
 }
 
 int fn_plan_use_held_cluster(fn_plan *pl, int64_t cols, int x_bytes, int u, int cta_threads, int max_cluster)

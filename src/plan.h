@@ -281,16 +281,17 @@ int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u);
 /* The backward of rows off a 16-byte boundary (odd N, odd pitches, offset
  * pointers; the backend checks that every activation sits at x's offset
  * within 16 bytes in each row): the register tile's ODD form, planned as an
- * aligned row of the whole vectors (cols / vec) without the 32-element tile,
- * one row per CTA (threads = tpr) of at least FN_PLAN_BWD_ODD_MIN_TPR
- * threads: in one CTA where that holds the row, otherwise over a cluster of
- * up to max_cluster CTAs (FN_PLAN_BWD_ODD_MAX_CLUSTER_16 for 16-bit rows; the
- * edge elements on its first CTA). 0 (pl untouched) where that plan is not
- * the rows path or its rows take fewer threads; the SHIFT tile or two-pass
- * then. */
+ * aligned row of the whole vectors (cols / vec), one row per CTA (threads =
+ * tpr) of at least FN_PLAN_BWD_ODD_MIN_TPR threads: in one CTA where that
+ * holds the row, otherwise over a cluster of up to max_cluster CTAs
+ * (FN_PLAN_BWD_ODD_MAX_CLUSTER_16 for 16-bit rows; the edge elements on its
+ * first CTA), with the 32-element tile (wide: the backend lets it, 16-bit)
+ * only where the 16-element one does not hold the row. 0 (pl untouched) where
+ * that plan is not the rows path or its rows take fewer threads; the SHIFT
+ * tile or two-pass then. */
 #define FN_PLAN_BWD_ODD_MIN_TPR 32
 #define FN_PLAN_BWD_ODD_MAX_CLUSTER_16 4
-int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int max_cluster, int is_ln);
+int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int max_cluster, int wide, int is_ln);
 
 /* The 16-bit RMSNorm + residual backward's rows of this many columns take the
  * 16-element tile over clusters, not the 32-element tile (see fn_plan_make). */

@@ -316,32 +316,39 @@ int main(void)
     /* fn_plan_bwd_odd: the backward's ODD tile, an aligned row of the whole
      * vectors (over a cluster where one is planned), one row per CTA of at
      * least 32 threads */
-    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 4097, 2, 9, 16, 0), 1);
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 4097, 2, 9, 16, 1, 0), 1);
     ASSERT_TRUE(lab.path == FN_PATH_ROWS_IN_REGISTERS && lab.vec == 8 && lab.ept == 16 && lab.tpr == 256 &&
                 lab.threads == 256 && lab.rows_per_block == 1 && lab.cluster == 1);
-    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 2047, 2, 9, 16, 0), 1); /* 255 vectors: 128 threads, alone in their CTA */
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 2047, 2, 9, 16, 1, 0), 1); /* 255 vectors: 128 threads, alone in their CTA */
     ASSERT_TRUE(lab.ept == 16 && lab.tpr == 128 && lab.threads == 128 && lab.rows_per_block == 1);
-    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 4097, 4, 9, 16, 0), 1); /* fp32 */
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 4097, 4, 9, 16, 0, 0), 1); /* fp32 */
     ASSERT_TRUE(lab.vec == 4 && lab.ept == 16 && lab.tpr == 256 && lab.threads == 256);
-    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 100, 2, 9, 16, 0), 0); /* 12 vectors: 8 threads */
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 100, 2, 9, 16, 1, 0), 0); /* 12 vectors: 8 threads */
     ASSERT_EQ_INT(lab.tpr, 256); /* left as it was */
     /* over a cluster where one CTA cannot hold the row: bf16 12289 as 12288
-     * in 2 x 384, 32769 in 4 x 512 (not the wide tile); without clusters none */
-    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 12289, 2, 9, 16, 0), 1);
+     * in 2 x 384, 32769 in 4 x 512 (not the wide tile); without clusters or the wide tile none */
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 12289, 2, 9, 16, 1, 0), 1);
     ASSERT_TRUE(lab.ept == 16 && lab.tpr == 384 && lab.cluster == 2 && lab.threads == 384 && lab.rows_per_block == 1);
-    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 32769, 2, 9, 16, 1), 1);
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 32769, 2, 9, 16, 1, 1), 1);
     ASSERT_TRUE(lab.ept == 16 && lab.tpr == 512 && lab.cluster == 4);
-    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 12289, 2, 9, 1, 0), 0);
-    /* 16-bit clusters of at most 4 (8 x 512 at 65537 measured slower than two-pass) */
-    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 65537, 2, 9, 16, 0), 0);
-    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 131073, 2, 9, 16, 0), 0);
-    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 12001, 4, 9, 16, 0), 1); /* fp32: the resident rule's 3 x 256 */
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 12289, 2, 9, 1, 0, 0), 0);
+    /* 16-bit clusters of at most 4 (8 x 512 at 65537 measured slower than
+     * two-pass): there the 32-element tile, 4 x 512, where the backend lets it */
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 65537, 2, 9, 16, 0, 0), 0);
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 65537, 2, 9, 16, 1, 0), 1);
+    ASSERT_TRUE(lab.ept == 32 && lab.tpr == 512 && lab.cluster == 4 && lab.threads == 512 && lab.rows_per_block == 1);
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 32769, 2, 9, 16, 1, 1), 1); /* the 16-element tile where it holds the row */
+    ASSERT_TRUE(lab.ept == 16 && lab.cluster == 4);
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 131073, 2, 9, 16, 1, 0), 0);
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 65537, 4, 9, 16, 1, 0), 1); /* wide: 16-bit only */
+    ASSERT_TRUE(lab.ept == 16);
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 12001, 4, 9, 16, 0, 0), 1); /* fp32: the resident rule's 3 x 256 */
     ASSERT_TRUE(lab.ept == 16 && lab.tpr == 256 && lab.cluster == 3);
-    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 65537, 4, 9, 16, 0), 1); /* fp32: 16 x 256 */
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 65537, 4, 9, 16, 0, 0), 1); /* fp32: 16 x 256 */
     ASSERT_TRUE(lab.tpr == 256 && lab.cluster == 16);
-    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 8193, 4, 9, 16, 0), 1); /* one CTA where it holds the row, not 2 x 256 */
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 8193, 4, 9, 16, 0, 0), 1); /* one CTA where it holds the row, not 2 x 256 */
     ASSERT_TRUE(lab.tpr == 512 && lab.cluster == 1);
-    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 8191, 2, 8, 16, 0), 1);  /* sm_80 too */
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 8191, 2, 8, 16, 1, 0), 1);  /* sm_80 too */
     ASSERT_TRUE(lab.tpr == 512 && lab.threads == 512);
     /* fp32 rows of 2049..4095 columns: 8 elements a thread for RMSNorm,
      * 16 for LayerNorm (no CTA of more than 256 threads at one vector each) */
@@ -351,7 +358,7 @@ int main(void)
         const fn_plan pr = fn_plan_make(&rms), pln = fn_plan_make(&ln);
         ASSERT_TRUE(pr.ept == 8 && pr.tpr == 352);
         ASSERT_TRUE(pln.ept == 16 && pln.tpr == 192);
-        ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 3301, 4, 9, 16, 1), 1);
+        ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 3301, 4, 9, 16, 0, 1), 1);
         ASSERT_TRUE(lab.ept == 16 && lab.tpr == 224 && lab.threads == 224);
     }
 

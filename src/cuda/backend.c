@@ -653,7 +653,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     const fusednorm_tensor *const bwd_acts[] = {&a->dy, &a->dx, &a->dresidual_out, &a->dresidual};
     const int odd_call = !vec_ok && bwd_odd_enabled() && a->x.dtype == act && odd_phase(&a->x, x_bytes, bwd_acts, 4);
     fn_plan odd_plan;
-    if (odd_call && fn_plan_bwd_odd(&odd_plan, a->cols, x_bytes, df.cc_major, 16, p->is_ln)) {
+    if (odd_call && fn_plan_bwd_odd(&odd_plan, a->cols, x_bytes, df.cc_major, 16, x_bytes == 2, p->is_ln)) {
         p->tpr = odd_plan.tpr;
         p->rows_per_block = 1;
         p->cluster = odd_plan.cluster;

@@ -945,7 +945,7 @@ static size_t bwd_odd_smem(const fn_bwd_params &q, int ept, int vec, int threads
 template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
-    if constexpr (VEC > 1 && EPT <= 16) {
+    if constexpr (VEC > 1 && (EPT <= 16 || (EPT == 32 && VEC == 8))) {
         if (p.odd) { /* the backend checked fn_bwd_odd_fits */
             fn_bwd_params q = p;
             size_t off;
@@ -954,7 +954,8 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
             q.wcache = 1;
             q.wcache_off = (int)off;
             /* Compiled for tpr 256 and 512 (16 elements a thread: bf16 rows
-             * of 2049..8192 columns, fp32 of 1025..8192), else a run-time tpr. */
+             * of 2049..8192 columns, fp32 of 1025..8192) and the 32-element
+             * tile's 512 (bf16 65537 in 4 x 512), else a run-time tpr. */
             auto launch = [&](auto plain) {
                 auto at = [&](auto tpr) {
                     return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, decltype(plain)::value,
@@ -964,12 +965,16 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
                 auto run_time_tpr = [&] { return at(std::integral_constant<int, 0>{}); };
                 if constexpr (EPT == 16)
                     if (threads == q.tpr) return with_static_tpr<256, 512>(q.tpr, at, run_time_tpr);
+                if constexpr (EPT == 32)
+                    if (threads == q.tpr) return with_static_tpr<512>(q.tpr, at, run_time_tpr);
                 return run_time_tpr();
             };
             switch (bwd_odd_plain(q)) {
             case 1: return launch(std::integral_constant<int, 1>{});
             case 2: return launch(std::integral_constant<int, 2>{});
-            case 3: return launch(std::integral_constant<int, 3>{});
+            case 3: /* not for the 32-element tile (fn_bwd_odd_fits) */
+                if constexpr (EPT <= 16) return launch(std::integral_constant<int, 3>{});
+                break;
             }
             return cudaErrorInvalidValue;
         }
@@ -1146,7 +1151,10 @@ extern "C" int fn_bwd_odd_fits(const fn_bwd_params *p, int vec, int ept, int thr
 {
     size_t off;
     const int vec_wide = p->dt_dx == FN_DT_F32 ? 4 : 8;
-    return vec == vec_wide && ept >= vec && ept <= 16 && threads == p->tpr && p->rows_per_block == 1 &&
+    /* the 32-element tile is built without the residual call's third staged
+     * input (launch_rows): that call keeps the SHIFT tile or two-pass */
+    const int wide_ok = ept == 32 && vec == 8 && fn::bwd_odd_plain(*p) != 3;
+    return vec == vec_wide && ept >= vec && (ept <= 16 || wide_ok) && threads == p->tpr && p->rows_per_block == 1 &&
            p->tpr >= 2 * (vec - 1) && 2 * (vec - 1) <= fn::FN_ODD_EDGE_SLOTS &&
            fn::bwd_odd_plain(*p) != 0 && fn::bwd_odd_smem(*p, ept, vec, threads, &off) <= (size_t)p->smem_max;
 }
