@@ -10,7 +10,8 @@
 #   env: BUILD (default build-dev; bench/devbin.sh builds .devbin here to carry, bench/devvar.sh
 #        builds branches' CLI and test_cuda_ops into .devvar/<name>), QUICK=1 (fewer bench shapes);
 #        ab: AB_BUILD (builds to compare with BUILD), AB_NORMS, AB_DTYPES, AB_COLS, AB_PASSES, AB_RESIDUAL=1|2
-#        ncu: NCU_PASSES, NCU_NORM, NCU_DTYPE, NCU_COLS, NCU_KERNEL (rows, or two_pass)
+#        ncu: NCU_PASSES, NCU_NORM, NCU_DTYPE, NCU_COLS, NCU_KERNEL (rows, or two_pass), NCU_SASS=1
+#        (the library's SASS, $OUT/sass.txt.gz)
 #        sanitize: SANITIZERS, SANITIZE_COLS, SANITIZE_ROWS, SANITIZE_TIMEOUT, RACECHECK_COLS,
 #        RACECHECK_ROWS, RACECHECK_TIMEOUT, RACECHECK_LARGE_COLS
 set -u -o pipefail
@@ -164,7 +165,9 @@ if has ncu; then
     head -12 "$OUT/ncu_${pass}_summary.txt" >>"$SUMMARY"
     rm -f "$rep.ncu-rep"
   done
-  cuobjdump -sass "$BUILD/libfusednorm.so" 2>/dev/null | gzip >"$OUT/sass.txt.gz"
+  # The library's SASS only when asked: with it logs.tgz outgrows what a call
+  # brings back (16 MiB a file), and the details above are lost with it.
+  [ "${NCU_SASS:-0}" = 1 ] && cuobjdump -sass "$BUILD/libfusednorm.so" 2>/dev/null | gzip >"$FINAL_OUT/sass.txt.gz"
 fi
 
 if has sanitize; then
