@@ -383,6 +383,33 @@ static int bwd_odd_enabled(void)
     return !v || strcmp(v, "0") != 0;
 }
 
+/* Lab knob FUSEDNORM_PLAN_BWD_ODD = "ept,tpr,cluster": the ODD tile's plan
+ * for the backward's rows off a 16-byte boundary, in place of
+ * fn_plan_bwd_odd's (to compare its plans, e.g. 65537 in 8 x 256 x 32
+ * against 4 x 512 x 32): 16-byte vectors, one row per CTA of tpr threads
+ * (32..512, a multiple of 32), the body's whole vectors covered. The
+ * backend still asks fn_bwd_odd_fits: a plan the kernel has no instance for
+ * takes the SHIFT tile or two-pass, as without it. 1 where it applied. Read
+ * on every call. Not for production. */
+static int odd_plan_override(int64_t cols, int x_bytes, fn_plan *pl)
+{
+    const char *v = getenv("FUSEDNORM_PLAN_BWD_ODD");
+    int ept, tpr, cluster;
+    if (!v || sscanf(v, "%d,%d,%d", &ept, &tpr, &cluster) != 3) return 0;
+    const int vec = 16 / x_bytes;
+    if (!fn_plan_ept_allowed(1, vec, ept) || tpr < FN_PLAN_BWD_ODD_MIN_TPR || tpr > 512 || tpr % 32 || cluster < 1 ||
+        cluster > 16 || (int64_t)ept * tpr * cluster < cols / vec * vec)
+        return 0;
+    pl->path = FN_PATH_ROWS_IN_REGISTERS;
+    pl->vec = vec;
+    pl->ept = ept;
+    pl->tpr = tpr;
+    pl->cluster = cluster;
+    pl->rows_per_block = 1;
+    pl->threads = tpr;
+    return 1;
+}
+
 /* Lab knob FUSEDNORM_PDL=0: the dweight finalize launched after the backward
  * as a plain kernel, not as its programmatic dependent (to measure the one
  * against the other). Read on every call. Not for production. */
@@ -653,7 +680,8 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     const fusednorm_tensor *const bwd_acts[] = {&a->dy, &a->dx, &a->dresidual_out, &a->dresidual};
     const int odd_call = !vec_ok && bwd_odd_enabled() && a->x.dtype == act && odd_phase(&a->x, x_bytes, bwd_acts, 4);
     fn_plan odd_plan;
-    if (odd_call && fn_plan_bwd_odd(&odd_plan, a->cols, x_bytes, df.cc_major, 16, x_bytes == 2, p->is_ln)) {
+    if (odd_call && (odd_plan_override(a->cols, x_bytes, &odd_plan) ||
+                     fn_plan_bwd_odd(&odd_plan, a->cols, x_bytes, df.cc_major, 16, x_bytes == 2, p->is_ln))) {
         p->tpr = odd_plan.tpr;
         p->rows_per_block = 1;
         p->cluster = odd_plan.cluster;
