@@ -388,8 +388,9 @@ static int bwd_odd_enabled(void)
  * fn_plan_bwd_odd's (to compare its plans, e.g. 65537 in 8 x 256 x 32
  * against 4 x 512 x 32): 16-byte vectors, one row per CTA of tpr threads
  * (32..512, a multiple of 32), the body's whole vectors covered. The
- * backend still asks fn_bwd_odd_fits: a plan the kernel has no instance for
- * takes the SHIFT tile or two-pass, as without it. 1 where it applied. Read
+ * backend still asks fn_bwd_odd_fits: a call whose plan the kernel has no
+ * instance for takes the SHIFT tile or two-pass (not the planner's ODD
+ * plan). 1 where it applied. Read
  * on every call. Not for production. */
 static int odd_plan_override(int64_t cols, int x_bytes, fn_plan *pl)
 {
