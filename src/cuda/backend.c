@@ -411,6 +411,20 @@ static int odd_plan_override(int64_t cols, int x_bytes, fn_plan *pl)
     return 1;
 }
 
+/* Lab knob FUSEDNORM_BWD_ODD_OVER=k (k >= 2): the ODD backward's grid of k
+ * times the resident clusters, rounded up to the rows' period, in place of
+ * the resident clusters rounded down to it (which leaves up to period - 1
+ * clusters' SMs idle: 24 clusters of 4 at bf16 40001). The clusters past the
+ * resident ones start as others finish; each keeps its own partial row, so
+ * the dweight finalize reads k times the partials. Read on every call. Not
+ * for production. */
+static int bwd_odd_over(void)
+{
+    const char *v = getenv("FUSEDNORM_BWD_ODD_OVER");
+    const int k = v ? atoi(v) : 0;
+    return k >= 2 && k <= 64 ? k : 0;
+}
+
 /* Lab knob FUSEDNORM_PDL=0: the dweight finalize launched after the backward
  * as a plain kernel, not as its programmatic dependent (to measure the one
  * against the other). Read on every call. Not for production. */
@@ -759,6 +773,12 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
             while (m < 16 && (pitch * (uint64_t)m) % 16) m *= 2;
             int g = st->grid / pl->cluster / m * m;
             if (g == 0) g = (int)(groups < m ? groups : m); /* the grid cap's small grids */
+            const int over = bwd_odd_over();
+            if (over && g == (int)(clusters / m * m) && groups >= (int64_t)m) { /* no grid cap in the way */
+                int64_t want = ((int64_t)active * over + m - 1) / m * m;
+                if (want > groups / 4) want = groups / 4 / m * m; /* >= 4 row groups a cluster, as above */
+                if (want > g) g = (int)want;
+            }
             st->grid = g * pl->cluster;
         }
     }
