@@ -942,10 +942,20 @@ static size_t bwd_odd_smem(const fn_bwd_params &q, int ept, int vec, int threads
     return *cache_off + (size_t)q.tpr * ept * sizeof(float);
 }
 
+/* The ODD tile's instances (launch_rows), by elements a thread, vector width
+ * and bwd_odd_plain: up to 16 elements for every call, the 32-element tile
+ * for 16-bit rows without the residual call's third staged input.
+ * fn_bwd_odd_fits asks the same, so that the backend never plans a tile
+ * that has no instance. */
+__host__ __device__ constexpr bool odd_instance(int ept, int vec, int plain)
+{
+    return vec > 1 && plain >= 1 && plain <= 3 && (ept <= 16 || (ept == 32 && vec == 8 && plain != 3));
+}
+
 template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
-    if constexpr (VEC > 1 && (EPT <= 16 || (EPT == 32 && VEC == 8))) {
+    if constexpr (odd_instance(EPT, VEC, 1)) {
         if (p.odd) { /* the backend checked fn_bwd_odd_fits */
             fn_bwd_params q = p;
             size_t off;
@@ -972,8 +982,8 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
             switch (bwd_odd_plain(q)) {
             case 1: return launch(std::integral_constant<int, 1>{});
             case 2: return launch(std::integral_constant<int, 2>{});
-            case 3: /* not for the 32-element tile (fn_bwd_odd_fits) */
-                if constexpr (EPT <= 16) return launch(std::integral_constant<int, 3>{});
+            case 3:
+                if constexpr (odd_instance(EPT, VEC, 3)) return launch(std::integral_constant<int, 3>{});
                 break;
             }
             return cudaErrorInvalidValue;
@@ -1151,12 +1161,9 @@ extern "C" int fn_bwd_odd_fits(const fn_bwd_params *p, int vec, int ept, int thr
 {
     size_t off;
     const int vec_wide = p->dt_dx == FN_DT_F32 ? 4 : 8;
-    /* the 32-element tile is built without the residual call's third staged
-     * input (launch_rows): that call keeps the SHIFT tile or two-pass */
-    const int wide_ok = ept == 32 && vec == 8 && fn::bwd_odd_plain(*p) != 3;
-    return vec == vec_wide && ept >= vec && (ept <= 16 || wide_ok) && threads == p->tpr && p->rows_per_block == 1 &&
-           p->tpr >= 2 * (vec - 1) && 2 * (vec - 1) <= fn::FN_ODD_EDGE_SLOTS &&
-           fn::bwd_odd_plain(*p) != 0 && fn::bwd_odd_smem(*p, ept, vec, threads, &off) <= (size_t)p->smem_max;
+    return vec == vec_wide && ept >= vec && fn::odd_instance(ept, vec, fn::bwd_odd_plain(*p)) && threads == p->tpr &&
+           p->rows_per_block == 1 && p->tpr >= 2 * (vec - 1) && 2 * (vec - 1) <= fn::FN_ODD_EDGE_SLOTS &&
+           fn::bwd_odd_smem(*p, ept, vec, threads, &off) <= (size_t)p->smem_max;
 }
 
 extern "C" int fn_max_active_bwd_two_pass(const fn_bwd_params *p, int threads, int *count)
