@@ -65,8 +65,8 @@ if has tests; then
   echo "fusednorm check --backend cuda, grids capped at 2: exit $? ($(tail -1 "$OUT/check_cuda_capped.log"))" |
     tee -a "$SUMMARY"
   grep FAIL "$OUT/check_cuda_capped.log" | head -20
-  # The backward's ODD tile rounds a capped grid up to the rows' period (8 CTAs
-  # for 16-bit odd N): 20 rows, so that each CTA walks 2-3 rows of one offset.
+  # The backward's ODD tile rounds a capped grid up to the rows' period (8
+  # clusters for 16-bit odd N): 20 rows, so that each walks 2-3 rows of one offset.
   # 40001 and 65537: the 32-element ODD tile over 4 CTAs (16-bit), and the
   # residual call it leaves to the SHIFT tile / two-pass.
   FUSEDNORM_GRID_CAP=2 "$FN" check --backend cuda --cols 999,2047,4097,8191,40001,65537 --rows 20 --quiet \
@@ -193,7 +193,8 @@ if has sanitize; then
   #           calls; distributed shared memory, the exit barrier split);
   #           register-tile clusters for the other calls
   #   65537   the held forward's ODD form over a cluster (head and tail on
-  #           its first CTA); the backward's two-pass / column split
+  #           its first CTA); the backward's ODD form, 16-bit in the 32-element
+  #           tile over 4 CTAs (fp32 over 16), the 16-bit residual call two-pass
   #   131072  the largest clusters (held: 8 CTAs; register tile 8 fwd, 16 bwd)
   #   300000  the streaming forward (one CTA per row, re-reads from L1 / L2);
   #           column split: two-pass statistics pass, then norm_bwd_columns
@@ -204,7 +205,9 @@ if has sanitize; then
   # racecheck also runs each large-row path (clusters at 65536; two-pass forward and
   # column-split backward at 300000; RACECHECK_LARGE_COLS picks others), rms and
   # ln, bf16 and f32, one launch each on 4 rows, so that under the grid cap a
-  # cluster walks 2 (bench --warmup 0: 2-5 s per case).
+  # cluster walks 2 (bench --warmup 0: 2-5 s per case); and 65537 (the ODD
+  # backward over clusters, bf16 in the 32-element tile) on 20 rows, the capped
+  # grid being 8 clusters there.
   # Odd row counts (23, 11): a tensor's size is then no multiple of 16 bytes at
   # odd N, so a read past its last row's end leaves the allocation and memcheck
   # sees it (session 8: at 24 rows the SHIFT kernels' cp.async window past the
@@ -231,8 +234,9 @@ if has sanitize; then
         --cols 256,999,4096,4097,65536,300000 --dtype bf16,f32 --norm rms,ln --pass bwd --atomic --iters 1 --warmup 0
     fi
     if [ $tool = racecheck ]; then
-      for norm in rms ln; do for dt in bf16 f32; do for c in ${RACECHECK_LARGE_COLS:-65536 300000}; do
-        FUSEDNORM_GRID_CAP=2 san "racecheck_${norm}_${dt}_$c" racecheck 60 "$FN" bench --backend cuda --rows 4 \
+      for norm in rms ln; do for dt in bf16 f32; do for c in ${RACECHECK_LARGE_COLS:-65536 300000 65537}; do
+        r=4; [ $c = 65537 ] && r=20
+        FUSEDNORM_GRID_CAP=2 san "racecheck_${norm}_${dt}_$c" racecheck 60 "$FN" bench --backend cuda --rows $r \
           --cols $c --dtype $dt --norm $norm --pass both --iters 1 --warmup 0
       done; done; done
     fi
@@ -242,8 +246,8 @@ fi
 if has bench; then
   log "bench"
   # 1001 and 2047: rows off 16 bytes (SHIFT); 2000, 3000, 12000: rows that
-  # fill their tile in part (PLAIN, not EXACT); 4097, 65537: two-pass; 32768,
-  # 65536: the streaming forward
+  # fill their tile in part (PLAIN, not EXACT); 4097, 65537: rows off 16 bytes
+  # (the held forward's and the backward's ODD forms)
   COLS=256,1001,1024,2000,2047,2048,3000,4096,4097,8192,12000,16384,32768,65536,65537,131072,262144
   [ "${QUICK:-0}" = 1 ] && COLS=256,1024,4096,8192,32768,131072
   COLS=${BENCH_COLS:-$COLS}

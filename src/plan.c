@@ -300,12 +300,14 @@ int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int ma
      * two-pass, 12289 (2 x 384) 1.43-1.49x, 32769 (4 x 512) 1.24-1.36x;
      * fp32 12289..65537 (3..16 CTAs) 1.04-1.52x (docs/perf.md step 82).
      * 16-bit rows that 4 CTAs of the 16-element tile cannot hold take the
-     * 32-element tile over up to 4 (65537 as 65536 in 4 x 512 x 32). */
+     * 32-element tile over up to 4 (65537 as 65536 in 4 x 512 x 32: sm_90,
+     * step 87); not without clusters, where it would start at 8193 columns
+     * in one CTA, unmeasured. */
     if (bwd_odd_plan(pl, cols, x_bytes, cc_major, 1, 0, is_ln)) return 1;
     const int most = x_bytes == 2 ? FN_PLAN_BWD_ODD_MAX_CLUSTER_16 : max_cluster;
     const int c = most < max_cluster ? most : max_cluster;
     if (bwd_odd_plan(pl, cols, x_bytes, cc_major, c, 0, is_ln)) return 1;
-    return wide && x_bytes == 2 && bwd_odd_plan(pl, cols, x_bytes, cc_major, c, 1, is_ln);
+    return wide && x_bytes == 2 && cc_major >= 9 && bwd_odd_plan(pl, cols, x_bytes, cc_major, c, 1, is_ln);
 }
 
 int fn_plan_use_held_cluster(fn_plan *pl, int64_t cols, int x_bytes, int u, int cta_threads, int max_cluster)

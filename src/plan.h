@@ -285,8 +285,8 @@ int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u);
  * tpr) of at least FN_PLAN_BWD_ODD_MIN_TPR threads: in one CTA where that
  * holds the row, otherwise over a cluster of up to max_cluster CTAs
  * (FN_PLAN_BWD_ODD_MAX_CLUSTER_16 for 16-bit rows; the edge elements on its
- * first CTA), with the 32-element tile (wide: the backend lets it, 16-bit)
- * only where the 16-element one does not hold the row. 0 (pl untouched) where
+ * first CTA), with the 32-element tile (wide: the backend lets it, 16-bit,
+ * sm_90) only where the 16-element one does not hold the row. 0 (pl untouched) where
  * that plan is not the rows path or its rows take fewer threads; the SHIFT
  * tile or two-pass then. */
 #define FN_PLAN_BWD_ODD_MIN_TPR 32

@@ -49,6 +49,37 @@ static void test_gpu_vs_cpu(void)
         }
 }
 
+/* The backward's ODD tile (16-bit rows off 16 bytes) on the calls it plans
+ * apart, against the CPU backend, with more rows than the grid has clusters
+ * (each walks several rows of one offset): the plain call (1: no bias, 2:
+ * LayerNorm's bias) in the 32-element tile at 40001 / 65537, and the
+ * residual call (3: dresidual_out, no bias), which that tile has no instance
+ * for (odd_instance) and must leave to two-pass; once planned onto it, it
+ * failed with cudaErrorInvalidValue (session 17). */
+static void test_odd_calls(void)
+{
+    static const int64_t cols[] = {40001, 65537};
+    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
+        for (int n = 0; n < 2; n++)
+            for (int res = 0; res < 2; res++) {
+                th_case c = th_case_default((fusednorm_norm)n, 300, cols[i], i ? FUSEDNORM_BF16 : FUSEDNORM_F16);
+                c.bias_on = c.dbias_on = n == 1 && !res;
+                c.store_rstd = 1;
+                c.store_mean = n;
+                c.bwd_stats_given = 1;
+                c.dweight_on = 1;
+                c.residual_on = c.residual_out_on = c.dresidual_out_on = c.dresidual_on = res;
+                th_case_result cpu, gpu;
+                uint64_t rng = th_rng_get();
+                th_run_case(&c, FUSEDNORM_CPU, &cpu);
+                th_rng_set(rng);
+                th_run_case(&c, FUSEDNORM_CUDA, &gpu);
+                th_compare_results(&cpu, &gpu, "odd rows: gpu vs cpu");
+                th_case_result_free(&cpu);
+                th_case_result_free(&gpu);
+            }
+}
+
 /* dweight/dbias bitwise equal across runs without ATOMIC_DWEIGHT. */
 static void test_determinism(void)
 {
@@ -477,6 +508,7 @@ int main(void)
     th_init("test_cuda_ops");
     th_suite_all(FUSEDNORM_CUDA);
     test_gpu_vs_cpu();
+    test_odd_calls();
     test_determinism();
     test_unsupported_mix();
     test_graph_capture();

@@ -337,9 +337,10 @@ int main(void)
     ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 65537, 2, 9, 16, 0, 0), 0);
     ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 65537, 2, 9, 16, 1, 0), 1);
     ASSERT_TRUE(lab.ept == 32 && lab.tpr == 512 && lab.cluster == 4 && lab.threads == 512 && lab.rows_per_block == 1);
-    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 32769, 2, 9, 16, 1, 1), 1); /* the 16-element tile where it holds the row */
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 32769, 2, 9, 16, 1, 0), 1); /* the 16-element tile where it holds the row */
     ASSERT_TRUE(lab.ept == 16 && lab.cluster == 4);
     ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 131073, 2, 9, 16, 1, 0), 0);
+    ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 12289, 2, 8, 16, 1, 0), 0); /* wide: sm_90 only (else 1 x 384 x 32) */
     ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 65537, 4, 9, 16, 1, 0), 1); /* wide: 16-bit only */
     ASSERT_TRUE(lab.ept == 16);
     ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 12001, 4, 9, 16, 0, 0), 1); /* fp32: the resident rule's 3 x 256 */

@@ -387,20 +387,21 @@ static int bwd_odd_enabled(void)
  * for the backward's rows off a 16-byte boundary, in place of
  * fn_plan_bwd_odd's (to compare its plans, e.g. 65537 in 8 x 256 x 32
  * against 4 x 512 x 32): 16-byte vectors, one row per CTA of tpr threads
- * (32..512, a multiple of 32), the body's whole vectors covered. The
- * backend still asks fn_bwd_odd_fits: a call whose plan the kernel has no
- * instance for takes the SHIFT tile or two-pass (not the planner's ODD
- * plan). 1 where it applied. Read
- * on every call. Not for production. */
-static int odd_plan_override(int64_t cols, int x_bytes, fn_plan *pl)
+ * (32..512, a multiple of 32), the body's whole vectors covered, clusters
+ * only on sm_90. 1: applied; 0: not set; -1: set but not such a plan, and
+ * then the call takes the SHIFT tile or two-pass, never the planner's ODD
+ * plan under the knob's name (so does a plan the kernel has no instance
+ * for: fn_bwd_odd_fits). Read on every call. Not for production. */
+static int odd_plan_override(int64_t cols, int x_bytes, int cc_major, fn_plan *pl)
 {
     const char *v = getenv("FUSEDNORM_PLAN_BWD_ODD");
-    int ept, tpr, cluster;
-    if (!v || sscanf(v, "%d,%d,%d", &ept, &tpr, &cluster) != 3) return 0;
+    int ept, tpr, cluster, used = 0;
+    if (!v || !*v) return 0;
+    if (sscanf(v, "%d,%d,%d%n", &ept, &tpr, &cluster, &used) != 3 || v[used] != '\0') return -1;
     const int vec = 16 / x_bytes;
     if (!fn_plan_ept_allowed(1, vec, ept) || tpr < FN_PLAN_BWD_ODD_MIN_TPR || tpr > 512 || tpr % 32 || cluster < 1 ||
-        cluster > 16 || (int64_t)ept * tpr * cluster < cols / vec * vec)
-        return 0;
+        cluster > 16 || (cluster > 1 && cc_major < 9) || (int64_t)ept * tpr * cluster < cols / vec * vec)
+        return -1;
     pl->path = FN_PATH_ROWS_IN_REGISTERS;
     pl->vec = vec;
     pl->ept = ept;
@@ -421,8 +422,10 @@ static int odd_plan_override(int64_t cols, int x_bytes, fn_plan *pl)
 static int bwd_odd_over(void)
 {
     const char *v = getenv("FUSEDNORM_BWD_ODD_OVER");
-    const int k = v ? atoi(v) : 0;
-    return k >= 2 && k <= 64 ? k : 0;
+    if (!v) return 0;
+    char *end;
+    const long k = strtol(v, &end, 10);
+    return *v && !*end && k >= 2 && k <= 64 ? (int)k : 0;
 }
 
 /* Lab knob FUSEDNORM_PDL=0: the dweight finalize launched after the backward
@@ -695,8 +698,9 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     const fusednorm_tensor *const bwd_acts[] = {&a->dy, &a->dx, &a->dresidual_out, &a->dresidual};
     const int odd_call = !vec_ok && bwd_odd_enabled() && a->x.dtype == act && odd_phase(&a->x, x_bytes, bwd_acts, 4);
     fn_plan odd_plan;
-    if (odd_call && (odd_plan_override(a->cols, x_bytes, &odd_plan) ||
-                     fn_plan_bwd_odd(&odd_plan, a->cols, x_bytes, df.cc_major, 16, x_bytes == 2, p->is_ln))) {
+    const int odd_knob = odd_call ? odd_plan_override(a->cols, x_bytes, df.cc_major, &odd_plan) : 0;
+    if (odd_call && odd_knob >= 0 &&
+        (odd_knob == 1 || fn_plan_bwd_odd(&odd_plan, a->cols, x_bytes, df.cc_major, 16, x_bytes == 2, p->is_ln))) {
         p->tpr = odd_plan.tpr;
         p->rows_per_block = 1;
         p->cluster = odd_plan.cluster;
@@ -774,7 +778,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
             int g = st->grid / pl->cluster / m * m;
             if (g == 0) g = (int)(groups < m ? groups : m); /* the grid cap's small grids */
             const int over = bwd_odd_over();
-            if (over && g == (int)(clusters / m * m) && groups >= (int64_t)m) { /* no grid cap in the way */
+            if (over && grid_cap(clusters) == clusters && groups >= (int64_t)m) { /* no grid cap in the way */
                 int64_t want = ((int64_t)active * over + m - 1) / m * m;
                 if (want > groups / 4) want = groups / 4 / m * m; /* >= 4 row groups a cluster, as above */
                 if (want > g) g = (int)want;
