@@ -24,8 +24,21 @@
 #define CUDA_OK(call)                                                                                                \
     th_record((call) == cudaSuccess, __FILE__, __LINE__, "%s failed: %s", #call, cudaGetErrorString(cudaGetLastError()))
 
-/* Same inputs (RNG restored) on the CPU and on the GPU; each is checked
- * against the reference, and the two against each other. */
+/* Case c with the same inputs (RNG restored) on the CPU and on the GPU; each
+ * run is checked against the reference, and the two against each other. */
+static void gpu_vs_cpu(const th_case *c, const char *what)
+{
+    th_case_result cpu, gpu;
+    uint64_t rng = th_rng_get();
+    th_run_case(c, FUSEDNORM_CPU, &cpu);
+    th_rng_set(rng);
+    th_run_case(c, FUSEDNORM_CUDA, &gpu);
+    th_compare_results(&cpu, &gpu, what);
+    th_case_result_free(&cpu);
+    th_case_result_free(&gpu);
+}
+
+/* Every feature on, 16-bit, at shapes of each path. */
 static void test_gpu_vs_cpu(void)
 {
     static const int64_t shapes[][2] = {{37, 1000}, {199, 4097}, {4, 65537}, {1024, 128}, {3, 65544}, {3, 32776}, {5, 40001}};
@@ -38,14 +51,7 @@ static void test_gpu_vs_cpu(void)
             c.store_mean = n;
             c.bwd_stats_given = 1;
             c.dweight_on = c.dbias_on = c.dresidual_out_on = c.dresidual_on = 1;
-            th_case_result cpu, gpu;
-            uint64_t rng = th_rng_get();
-            th_run_case(&c, FUSEDNORM_CPU, &cpu);
-            th_rng_set(rng);
-            th_run_case(&c, FUSEDNORM_CUDA, &gpu);
-            th_compare_results(&cpu, &gpu, "gpu vs cpu");
-            th_case_result_free(&cpu);
-            th_case_result_free(&gpu);
+            gpu_vs_cpu(&c, "gpu vs cpu");
         }
 }
 
@@ -69,14 +75,7 @@ static void test_odd_calls(void)
                 c.bwd_stats_given = 1;
                 c.dweight_on = 1;
                 c.residual_on = c.residual_out_on = c.dresidual_out_on = c.dresidual_on = res;
-                th_case_result cpu, gpu;
-                uint64_t rng = th_rng_get();
-                th_run_case(&c, FUSEDNORM_CPU, &cpu);
-                th_rng_set(rng);
-                th_run_case(&c, FUSEDNORM_CUDA, &gpu);
-                th_compare_results(&cpu, &gpu, "odd rows: gpu vs cpu");
-                th_case_result_free(&cpu);
-                th_case_result_free(&gpu);
+                gpu_vs_cpu(&c, "odd rows: gpu vs cpu");
             }
 }
 
