@@ -278,6 +278,19 @@ static fusednorm_status check_device_pointer(const void *p, const char *name, in
     return FUSEDNORM_OK;
 }
 
+/* The lab knobs' register plan: rpb rows of tpr threads a CTA, in clusters
+ * of `cluster` CTAs. */
+static void set_rows_plan(fn_plan *pl, int vec, int ept, int tpr, int cluster, int rpb)
+{
+    pl->path = FN_PATH_ROWS_IN_REGISTERS;
+    pl->vec = vec;
+    pl->ept = ept;
+    pl->tpr = tpr;
+    pl->cluster = cluster;
+    pl->rows_per_block = rpb;
+    pl->threads = rpb * tpr;
+}
+
 /* Tuning knob for the kernel lab (bench/device.sh lab): FUSEDNORM_PLAN_FWD or
  * FUSEDNORM_PLAN_BWD = "ept,tpr,cluster" replaces the planner's register plan
  * when that shape is instantiated and covers the row ("0,0,0": two-pass).
@@ -300,13 +313,7 @@ static void plan_override(const char *var, const fn_plan_problem *pb, fn_plan *p
     if (!fn_plan_ept_allowed(is_bwd, vec, ept) || tpr < 1 || tpr > 512 || (tpr > 32 && tpr % 32) ||
         (tpr < 32 && (tpr & (tpr - 1))) || cluster < 1 || cluster > 16 || (int64_t)ept * tpr * cluster < cols)
         return;
-    pl->path = FN_PATH_ROWS_IN_REGISTERS;
-    pl->vec = vec;
-    pl->ept = ept;
-    pl->tpr = tpr;
-    pl->cluster = cluster;
-    pl->rows_per_block = tpr >= 256 ? 1 : 256 / tpr;
-    pl->threads = pl->rows_per_block * tpr;
+    set_rows_plan(pl, vec, ept, tpr, cluster, tpr >= 256 ? 1 : 256 / tpr);
 }
 
 /* Lab knob FUSEDNORM_FWD_HELD=U: the forward's common call on any row of at
@@ -402,13 +409,7 @@ static int odd_plan_override(int64_t cols, int x_bytes, int cc_major, fn_plan *p
     if (!fn_plan_ept_allowed(1, vec, ept) || tpr < FN_PLAN_BWD_ODD_MIN_TPR || tpr > 512 || tpr % 32 || cluster < 1 ||
         cluster > 16 || (cluster > 1 && cc_major < 9) || (int64_t)ept * tpr * cluster < cols / vec * vec)
         return -1;
-    pl->path = FN_PATH_ROWS_IN_REGISTERS;
-    pl->vec = vec;
-    pl->ept = ept;
-    pl->tpr = tpr;
-    pl->cluster = cluster;
-    pl->rows_per_block = 1;
-    pl->threads = tpr;
+    set_rows_plan(pl, vec, ept, tpr, cluster, 1);
     return 1;
 }
 
