@@ -369,3 +369,19 @@ fn_column_split fn_plan_column_split(int64_t rows, int64_t cols, int x_bytes, in
     cs.groups = (rows + cs.per_group - 1) / cs.per_group;
     return cs;
 }
+
+int64_t fn_plan_odd_clusters(int64_t active, int m, int64_t groups)
+{
+    if (active < 1) active = 1;
+    const int64_t lim = groups / 4; /* each cluster >= 4 row groups, as the other grids */
+    /* w waves hold at most w * active clusters; the largest multiple of m in
+     * them keeps g / (w * active) of the resident clusters busy. The fullest
+     * so far as the fraction num / den. */
+    int64_t best = 0, num = 0, den = 1;
+    for (int64_t w = 1; w <= FN_PLAN_ODD_MAX_WAVES; w++) {
+        const int64_t g = w * active / m * m;
+        if (g == 0 || (w > 1 && g > lim)) continue;
+        if (g * den > num * w * active) best = g, num = g, den = w * active;
+    }
+    return best ? best : groups < m ? groups : m;
+}

@@ -293,6 +293,21 @@ int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u);
 #define FN_PLAN_BWD_ODD_MAX_CLUSTER_16 4
 int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int max_cluster, int wide, int is_ln);
 
+/* The ODD backward's grid, in clusters. Each cluster walks rows cid, cid + G,
+ * ..., all at one offset within 16 bytes, so G is a multiple of the rows'
+ * period m (8 for 16-bit odd N). One wave of the `active` resident clusters
+ * rounded down to m idles up to m - 1 of them (24 of 30 clusters of 4 at
+ * bf16 40001..65537), so G may take several waves: over at most
+ * FN_PLAN_ODD_MAX_WAVES, the G that keeps the resident clusters fullest,
+ * G / (waves * active), the fewest waves on a tie; past one wave no more than
+ * a quarter of the row groups (each cluster writes a partial row). Where no
+ * wave holds a multiple of m, min(groups, m). Measured (docs/perf.md step 88,
+ * 30 resident): 24 clusters (one wave, 80%) 60% of copy at RMSNorm bf16
+ * 65537, 88 (three, 98%) 69.5%, 120 (four, 100%) 70.0%, 240 (eight) 66%.
+ * Called only with more row groups than resident clusters. */
+#define FN_PLAN_ODD_MAX_WAVES 4
+int64_t fn_plan_odd_clusters(int64_t active, int m, int64_t groups);
+
 /* The 16-bit RMSNorm + residual backward's rows of this many columns take the
  * 16-element tile over clusters, not the 32-element tile (see fn_plan_make). */
 #define FN_PLAN_RES_BWD_NARROW_MIN_COLS 16384

@@ -341,6 +341,39 @@ int main(void)
     ASSERT_TRUE(lab.ept == 16 && lab.cluster == 4);
     ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 131073, 2, 9, 16, 1, 0), 0);
     ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 12289, 2, 8, 16, 1, 0), 0); /* wide: sm_90 only (else 1 x 384 x 32) */
+    /* fn_plan_odd_clusters: the ODD backward's clusters, a multiple of the
+     * period, over at most 4 waves, the fullest. 30 resident, period 8: 24
+     * is one wave at 80%, 88 three at 98%, 120 four at 100%. 31: 120 (97%).
+     * 32: 32, one full wave. */
+    ASSERT_EQ_INT(fn_plan_odd_clusters(30, 8, 16383), 120);
+    ASSERT_EQ_INT(fn_plan_odd_clusters(31, 8, 16383), 120);
+    ASSERT_EQ_INT(fn_plan_odd_clusters(32, 8, 16383), 32);
+    ASSERT_EQ_INT(fn_plan_odd_clusters(33, 1, 16383), 33); /* no period: the one wave */
+    ASSERT_EQ_INT(fn_plan_odd_clusters(30, 8, 360), 88);   /* four waves' 120 > 360 / 4 */
+    ASSERT_EQ_INT(fn_plan_odd_clusters(30, 8, 200), 24);   /* past one wave > 200 / 4: the one wave */
+    ASSERT_EQ_INT(fn_plan_odd_clusters(3, 8, 200), 8);     /* 3 clusters of 16: 8 in three waves */
+    ASSERT_EQ_INT(fn_plan_odd_clusters(3, 8, 20), 8);      /* no wave holds 8 within 20 / 4: min(groups, 8) */
+    ASSERT_EQ_INT(fn_plan_odd_clusters(3, 8, 6), 6);
+    for (int64_t active = 1; active <= 140; active++)
+        for (int m = 1; m <= 16; m *= 2)
+            for (int64_t groups = active + 1; groups <= 100000; groups = groups * 3 + 1) {
+                const int64_t g = fn_plan_odd_clusters(active, m, groups);
+                snprintf(th_context, sizeof th_context, "odd clusters active %lld m %d groups %lld", (long long)active, m,
+                         (long long)groups);
+                ASSERT_TRUE(g >= 1 && g <= groups);
+                const int fallback = g == (groups < m ? groups : m);
+                ASSERT_TRUE(g % m == 0 || fallback); /* rows of one offset a cluster */
+                const int64_t w = (g + active - 1) / active;
+                ASSERT_TRUE(w <= FN_PLAN_ODD_MAX_WAVES || fallback);
+                ASSERT_TRUE(w == 1 || g <= groups / 4 || fallback); /* past one wave, >= 4 groups a cluster */
+                for (int64_t v = 1; v <= FN_PLAN_ODD_MAX_WAVES; v++) { /* no allowed grid fuller, none as full in fewer waves */
+                    const int64_t h = v * active / m * m;
+                    if (h == 0 || (v > 1 && h > groups / 4)) continue;
+                    ASSERT_TRUE(h * w * active <= g * v * active);
+                    if (v < w) ASSERT_TRUE(h * w * active < g * v * active);
+                }
+            }
+    th_context[0] = '\0';
     ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 65537, 4, 9, 16, 1, 0), 1); /* wide: 16-bit only */
     ASSERT_TRUE(lab.ept == 16);
     ASSERT_EQ_INT(fn_plan_bwd_odd(&lab, 12001, 4, 9, 16, 0, 0), 1); /* fp32: the resident rule's 3 x 256 */

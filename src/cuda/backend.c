@@ -413,20 +413,24 @@ static int odd_plan_override(int64_t cols, int x_bytes, int cc_major, fn_plan *p
     return 1;
 }
 
-/* Lab knob FUSEDNORM_BWD_ODD_OVER=k (k >= 2): the ODD backward's grid of k
- * times the resident clusters, rounded up to the rows' period, in place of
- * the resident clusters rounded down to it (which leaves up to period - 1
- * clusters' SMs idle: 24 clusters of 4 at bf16 40001). The clusters past the
- * resident ones start as others finish; each keeps its own partial row, so
- * the dweight finalize reads k times the partials. Read on every call. Not
- * for production. */
-static int bwd_odd_over(void)
+/* Lab knob FUSEDNORM_BWD_ODD_GRID: the ODD backward's clusters in place of
+ * fn_plan_odd_clusters': "G" (G clusters), "xK" (K times the resident
+ * clusters, as session 17's FUSEDNORM_BWD_ODD_OVER=K, which it replaces),
+ * each rounded up to the rows' period, or "down" (the resident clusters
+ * rounded down to it: the grid before step 88). No more clusters than row groups; yields to
+ * FUSEDNORM_GRID_CAP. Read on every call; unset, empty or malformed: the
+ * planner's grid. Not for production. */
+static int64_t bwd_odd_grid(int64_t active, int m, int64_t groups, int64_t planned)
 {
-    const char *v = getenv("FUSEDNORM_BWD_ODD_OVER");
-    if (!v) return 0;
+    const char *v = getenv("FUSEDNORM_BWD_ODD_GRID");
+    if (!v || !*v) return planned;
+    if (strcmp(v, "down") == 0) return active >= m ? active / m * m : (groups < m ? groups : m);
     char *end;
-    const long k = strtol(v, &end, 10);
-    return *v && !*end && k >= 2 && k <= 64 ? (int)k : 0;
+    const long k = strtol(v + (*v == 'x'), &end, 10);
+    if (*end || end == v + (*v == 'x') || k < 1 || k > 1 << 20) return planned;
+    int64_t g = *v == 'x' ? active * k : k;
+    g = (g + m - 1) / m * m;
+    return g > groups ? groups : g;
 }
 
 /* Lab knob FUSEDNORM_PDL=0: the dweight finalize launched after the backward
@@ -769,22 +773,22 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
         if (clusters < 1) clusters = 1;
         st->grid = (int)(grid_cap(clusters) * pl->cluster);
         if (p->odd && groups > st->grid / pl->cluster) {
-            /* ODD: each cluster's rows (cid, cid + clusters, ...) at one
-             * offset within 16 bytes: the clusters a multiple of the rows'
-             * period m (rows m apart sit at one offset; by same_phase x's
-             * pitch serves all). */
+            /* ODD: each cluster's rows (cid, cid + G, ...) at one offset
+             * within 16 bytes: G a multiple of the rows' period m (rows m
+             * apart sit at one offset; by same_phase x's pitch serves all),
+             * over as many waves as fill the SMs (fn_plan_odd_clusters). */
             const uint64_t pitch = (uint64_t)a->x.row_stride * (uint64_t)x_bytes;
             int m = 1;
             while (m < 16 && (pitch * (uint64_t)m) % 16) m *= 2;
-            int g = st->grid / pl->cluster / m * m;
-            if (g == 0) g = (int)(groups < m ? groups : m); /* the grid cap's small grids */
-            const int over = bwd_odd_over();
-            if (over && grid_cap(clusters) == clusters && groups >= (int64_t)m) { /* no grid cap in the way */
-                int64_t want = ((int64_t)active * over + m - 1) / m * m;
-                if (want > groups / 4) want = groups / 4 / m * m; /* >= 4 row groups a cluster, as above */
-                if (want > g) g = (int)want;
+            const int64_t cap = grid_cap(clusters);
+            int64_t g;
+            if (cap < clusters) { /* the sanitizer's capped grids: one wave */
+                g = cap / m * m;
+                if (g == 0) g = groups < m ? groups : m;
+            } else {
+                g = bwd_odd_grid(clusters, m, groups, fn_plan_odd_clusters(clusters, m, groups));
             }
-            st->grid = g * pl->cluster;
+            st->grid = (int)(g * pl->cluster);
         }
     }
     if (a->rows == 0) st->grid = 0;
