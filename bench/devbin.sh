@@ -11,7 +11,7 @@
 # (build-dev/ptxas.log holds the report of the files this build compiled):
 #   grep -A3 "Compiling entry" build-dev/ptxas.log
 # The carry limit is 64 MiB: only the CLI, the shared library, the GPU tests,
-# device_floors go (the static library and the CPU tests stay here), stripped,
+# device_floors, odd_grid_probe go (the static library and the CPU tests stay here), stripped,
 # packed into .devpack.tar.xz (git-ignored; each binary holds the same kernels,
 # which one large xz dictionary stores once: about 11 MiB for ~100 MiB). Carry
 # it and unpack it there first: `tar xJf .devpack.tar.xz`.
@@ -28,9 +28,9 @@ cmake --build "$BUILD" -j "$(nproc)" 2>&1 | tee "$log" | grep -E "error:|warning
 grep -q "ptxas info" "$log" && cp "$log" "$BUILD/ptxas.log"
 rm -f "$log"
 rm -rf .devbin && mkdir -p .devbin
-cp "$BUILD"/{fusednorm,test_cuda_ops,test_api_errors,test_determinism,device_floors} .devbin/
+cp "$BUILD"/{fusednorm,test_cuda_ops,test_api_errors,test_determinism,device_floors,odd_grid_probe} .devbin/
 cp -L "$BUILD/libfusednorm.so" .devbin/
-strip .devbin/{fusednorm,test_cuda_ops,test_api_errors,test_determinism,device_floors}
+strip .devbin/{fusednorm,test_cuda_ops,test_api_errors,test_determinism,device_floors,odd_grid_probe}
 strip --strip-unneeded .devbin/libfusednorm.so
 tar cf - .devbin | xz -T"$(nproc)" -6 --lzma2=dict=192MiB >.devpack.tar.xz
 bytes=$(stat -c %s .devpack.tar.xz)
