@@ -61,7 +61,9 @@ static void test_gpu_vs_cpu(void)
  * LayerNorm's bias) in the 32-element tile at 40001 / 65537, and the
  * residual call (3: dresidual_out, no bias), which that tile has no instance
  * for (odd_instance) and must leave to two-pass; once planned onto it, it
- * failed with cudaErrorInvalidValue (session 17). */
+ * failed with cudaErrorInvalidValue (session 17). 300 rows take two waves of
+ * the resident clusters (56 of 30 on the H200, fn_plan_odd_clusters); the
+ * 1000-row case takes the large calls' grid, four waves (120). */
 static void test_odd_calls(void)
 {
     static const int64_t cols[] = {40001, 65537};
@@ -77,12 +79,18 @@ static void test_odd_calls(void)
                 c.residual_on = c.residual_out_on = c.dresidual_out_on = c.dresidual_on = res;
                 gpu_vs_cpu(&c, "odd rows: gpu vs cpu");
             }
+    th_case c = th_case_default(FUSEDNORM_RMSNORM, 1000, 65537, FUSEDNORM_BF16);
+    c.store_rstd = 1;
+    c.bwd_stats_given = 1;
+    c.dweight_on = 1;
+    gpu_vs_cpu(&c, "odd rows, four waves: gpu vs cpu");
 }
 
 /* dweight/dbias bitwise equal across runs without ATOMIC_DWEIGHT. */
 static void test_determinism(void)
 {
-    static const int64_t shapes[][2] = {{4096, 1024}, {8192, 256}, {300, 8192}, {37, 65537}, {23, 40001}};
+    /* {1000, 65537}: the ODD tile's grid over four waves of the resident clusters. */
+    static const int64_t shapes[][2] = {{4096, 1024}, {8192, 256}, {300, 8192}, {37, 65537}, {23, 40001}, {1000, 65537}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         th_case c = th_case_default((fusednorm_norm)(i & 1), shapes[i][0], shapes[i][1], FUSEDNORM_BF16);
         c.skip_fwd = 1;
