@@ -148,23 +148,25 @@ fi
 if has ncu; then
   # One launch of each register-path kernel under Nsight Compute (full set,
   # SASS with source lines), and the SASS of the library, for reading here:
-  #   ncu_<pass>_details.txt  throughput, issue, stall breakdown
-  #   ncu_<pass>_source.csv   per SASS instruction: executions, stall samples
-  #   ncu_<pass>_summary.txt  instructions per element, by opcode (bench/ncu_summary.py)
+  #   ncu_<pass>_<cols>_details.txt  throughput, issue, stall breakdown
+  #   ncu_<pass>_<cols>_source.csv   per SASS instruction: executions, stall samples
+  #   ncu_<pass>_<cols>_summary.txt  instructions per element, by opcode (bench/ncu_summary.py)
   log "ncu"
-  for pass in ${NCU_PASSES:-fwd bwd}; do
-    rep="$OUT/ncu_$pass"
+  # NCU_COLS may list several column counts (65536,65537: the aligned and ODD
+  # tiles side by side); the files of each get its count in their names.
+  for pass in ${NCU_PASSES:-fwd bwd}; do for cols in $(echo "${NCU_COLS:-4096}" | tr , ' '); do
+    tag=${pass}_$cols rep="$OUT/ncu_${pass}_$cols"
     timeout 180 ncu --kernel-name "regex:norm_${pass}_${NCU_KERNEL:-rows}" --launch-skip 5 --launch-count 1 --set full \
       --import-source yes -f -o "$rep" "$FN" bench --backend cuda --norm ${NCU_NORM:-rms} --dtype ${NCU_DTYPE:-bf16} \
-      --cols ${NCU_COLS:-4096} --pass $pass --iters 3 >"$OUT/ncu_$pass.log" 2>&1
-    echo "ncu $pass: exit $?" | tee -a "$SUMMARY"
-    ncu --import "$rep.ncu-rep" --page details >"$OUT/ncu_${pass}_details.txt" 2>&1
-    ncu --import "$rep.ncu-rep" --page source --print-source sass --csv >"$OUT/ncu_${pass}_source.csv" 2>&1
-    cols=${NCU_COLS:-4096}; elems=$((cols < 65536 ? 32768 * cols : 1 << 30)) # the bench's default rows
-    python3 bench/ncu_summary.py "$OUT/ncu_${pass}_source.csv" --elements $elems >"$OUT/ncu_${pass}_summary.txt" 2>&1
-    head -12 "$OUT/ncu_${pass}_summary.txt" >>"$SUMMARY"
+      --cols $cols --pass $pass --iters 3 >"$OUT/ncu_$tag.log" 2>&1
+    echo "ncu $pass $cols: exit $?" | tee -a "$SUMMARY"
+    ncu --import "$rep.ncu-rep" --page details >"$OUT/ncu_${tag}_details.txt" 2>&1
+    ncu --import "$rep.ncu-rep" --page source --print-source sass --csv >"$OUT/ncu_${tag}_source.csv" 2>&1
+    elems=$((cols < 65536 ? 32768 * cols : (1 << 30) / cols * cols)) # the bench's default rows
+    python3 bench/ncu_summary.py "$OUT/ncu_${tag}_source.csv" --elements $elems >"$OUT/ncu_${tag}_summary.txt" 2>&1
+    head -12 "$OUT/ncu_${tag}_summary.txt" >>"$SUMMARY"
     rm -f "$rep.ncu-rep"
-  done
+  done; done
   # The library's SASS only when asked: with it logs.tgz outgrows what a call
   # brings back (16 MiB a file), and the details above are lost with it.
   [ "${NCU_SASS:-0}" = 1 ] && cuobjdump -sass "$BUILD/libfusednorm.so" 2>/dev/null | gzip >"$FINAL_OUT/sass.txt.gz"
