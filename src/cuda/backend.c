@@ -303,8 +303,9 @@ static void plan_override(const char *var, const fn_plan_problem *pb, fn_plan *p
     const int is_bwd = pb->is_bwd, x_bytes = pb->x_bytes;
     const int64_t cols = pb->cols;
     const char *v = getenv(var);
-    int ept, tpr, cluster;
-    if (!v || sscanf(v, "%d,%d,%d", &ept, &tpr, &cluster) != 3) return;
+    int ept, tpr, cluster, used = 0;
+    /* Malformed (trailing characters too, as FUSEDNORM_PLAN_BWD_ODD): the planner's plan. */
+    if (!v || sscanf(v, "%d,%d,%d%n", &ept, &tpr, &cluster, &used) != 3 || v[used] != '\0') return;
     if (ept == 0) { /* "0,0,0": the two-pass path */
         fn_plan_use_two_pass(pl, cols, x_bytes);
         return;
