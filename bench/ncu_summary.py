@@ -6,7 +6,7 @@ counters), as written by `bench/device.sh ncu` (ncu_<pass>_source.csv):
   - executed instructions and stall samples per opcode, largest first,
   - the instructions with the most stall samples.
 
-    python3 bench/ncu_summary.py ncu_fwd_source.csv --elements $((32768*4096))
+    python3 bench/ncu_summary.py ncu_fwd_4096_source.csv --elements $((32768*4096))
 
 Reads the file only; prints to stdout.
 """

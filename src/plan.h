@@ -301,7 +301,8 @@ int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int ma
  * FN_PLAN_ODD_MAX_WAVES, the G that keeps the resident clusters fullest,
  * G / (waves * active), the fewest waves on a tie; past one wave no more than
  * a quarter of the row groups (each cluster writes a partial row). Where no
- * wave holds a multiple of m, min(groups, m). Measured (docs/perf.md step 88,
+ * grid qualifies (one wave holds no multiple of m, and those of more waves
+ * pass a quarter of the groups), min(groups, m). Measured (docs/perf.md step 88,
  * 30 resident): 24 clusters (one wave, 80%) 60% of copy at RMSNorm bf16
  * 65537, 88 (three, 98%) 69.5%, 120 (four, 100%) 70.0%, 240 (eight) 66%.
  * Called only with more row groups than resident clusters. */

@@ -426,9 +426,11 @@ static int64_t bwd_odd_grid(int64_t active, int m, int64_t groups, int64_t plann
     const char *v = getenv("FUSEDNORM_BWD_ODD_GRID");
     if (!v || !*v) return planned;
     if (strcmp(v, "down") == 0) return active >= m ? active / m * m : (groups < m ? groups : m);
+    const char *digits = v + (*v == 'x');
+    if (*digits < '0' || *digits > '9') return planned; /* strtol would take " 8", "+8" */
     char *end;
-    const long k = strtol(v + (*v == 'x'), &end, 10);
-    if (*end || end == v + (*v == 'x') || k < 1 || k > 1 << 20) return planned;
+    const long k = strtol(digits, &end, 10);
+    if (*end || k < 1 || k > 1 << 20) return planned;
     int64_t g = *v == 'x' ? active * k : k;
     g = (g + m - 1) / m * m;
     return g > groups ? groups : g;
@@ -781,13 +783,10 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
             const uint64_t pitch = (uint64_t)a->x.row_stride * (uint64_t)x_bytes;
             int m = 1;
             while (m < 16 && (pitch * (uint64_t)m) % 16) m *= 2;
-            const int64_t cap = grid_cap(clusters);
-            int64_t g;
-            if (cap < clusters) { /* the sanitizer's capped grids: one wave */
-                g = cap / m * m;
+            int64_t g = bwd_odd_grid(clusters, m, groups, fn_plan_odd_clusters(clusters, m, groups));
+            if (grid_cap(g) < g) { /* the sanitizer's capped grids */
+                g = grid_cap(g) / m * m;
                 if (g == 0) g = groups < m ? groups : m;
-            } else {
-                g = bwd_odd_grid(clusters, m, groups, fn_plan_odd_clusters(clusters, m, groups));
             }
             st->grid = (int)(g * pl->cluster);
         }
