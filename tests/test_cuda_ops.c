@@ -11,6 +11,7 @@
 #include "opsuite.h"
 
 #include "internal.h"
+#include "plan.h"
 #include "ref/reference.h"
 
 #include <math.h>
@@ -84,6 +85,53 @@ static void test_odd_calls(void)
     c.bwd_stats_given = 1;
     c.dweight_on = 1;
     gpu_vs_cpu(&c, "odd rows, four waves: gpu vs cpu");
+}
+
+/* The ODD backward's grid is the one fn_plan_odd_clusters plans (step 88),
+ * read from the workspace: one fp32 partial row of dweight a cluster (RMSNorm
+ * bf16, 1000 x 65537, period 8). FUSEDNORM_BWD_ODD_GRID=x8 asks for 8 times
+ * the resident clusters, a multiple of 8, from which the planner's grid
+ * follows; the same call once planned one wave rounded down to 8 (24 of 30
+ * clusters on the H200) would fail here. */
+static void test_odd_grid(void)
+{
+    const int64_t rows = 1000, cols = 65537;
+    void *x = NULL, *dy = NULL, *dx = NULL, *w = NULL, *dw = NULL;
+    CUDA_OK(cudaMalloc(&x, (size_t)(rows * cols * 2)));
+    CUDA_OK(cudaMalloc(&dy, (size_t)(rows * cols * 2)));
+    CUDA_OK(cudaMalloc(&dx, (size_t)(rows * cols * 2)));
+    CUDA_OK(cudaMalloc(&w, (size_t)cols * 2));
+    CUDA_OK(cudaMalloc(&dw, (size_t)cols * 2));
+    fusednorm_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.norm = FUSEDNORM_RMSNORM;
+    a.rows = rows;
+    a.cols = cols;
+    a.eps = 1e-6f;
+    a.x = (fusednorm_tensor){x, FUSEDNORM_BF16, 0};
+    a.dy = (fusednorm_tensor){dy, FUSEDNORM_BF16, 0};
+    a.dx = (fusednorm_tensor){dx, FUSEDNORM_BF16, 0};
+    a.weight = (fusednorm_tensor){w, FUSEDNORM_BF16, 0};
+    a.dweight = (fusednorm_tensor){dw, FUSEDNORM_BF16, 0};
+    a.backend = FUSEDNORM_CUDA;
+    size_t planned = 0, by8 = 0;
+    unsetenv("FUSEDNORM_BWD_ODD_GRID");
+    ASSERT_STATUS(fusednorm_bwd_workspace_size(&a, &planned), FUSEDNORM_OK);
+    setenv("FUSEDNORM_BWD_ODD_GRID", "x8", 1);
+    ASSERT_STATUS(fusednorm_bwd_workspace_size(&a, &by8), FUSEDNORM_OK);
+    unsetenv("FUSEDNORM_BWD_ODD_GRID");
+    const int64_t row_bytes = cols * (int64_t)sizeof(float); /* the workspace pads by under one row */
+    const int64_t g = (int64_t)planned / row_bytes, g8 = (int64_t)by8 / row_bytes;
+    snprintf(th_context, sizeof th_context, "odd grid: planned %lld clusters, x8 %lld", (long long)g, (long long)g8);
+    ASSERT_TRUE(g >= 8 && g % 8 == 0 && g8 % 8 == 0);
+    if (g8 < rows) /* else clamped to the rows: a GPU of over 125 resident clusters */
+        ASSERT_EQ_INT(g, fn_plan_odd_clusters(g8 / 8, 8, rows));
+    th_context[0] = '\0';
+    cudaFree(x);
+    cudaFree(dy);
+    cudaFree(dx);
+    cudaFree(w);
+    cudaFree(dw);
 }
 
 /* dweight/dbias bitwise equal across runs without ATOMIC_DWEIGHT. */
@@ -516,6 +564,7 @@ int main(void)
     th_suite_all(FUSEDNORM_CUDA);
     test_gpu_vs_cpu();
     test_odd_calls();
+    test_odd_grid();
     test_determinism();
     test_unsupported_mix();
     test_graph_capture();
