@@ -383,5 +383,11 @@ int64_t fn_plan_odd_clusters(int64_t active, int m, int64_t groups)
         if (g == 0 || (w > 1 && g > lim)) continue;
         if (g * den > num * w * active) best = g, num = g, den = w * active;
     }
-    return best ? best : groups < m ? groups : m;
+    return best ? best : fn_plan_odd_one_wave(active, m, groups);
+}
+
+int64_t fn_plan_odd_one_wave(int64_t n, int m, int64_t groups)
+{
+    const int64_t g = n / m * m;
+    return g ? g : groups < m ? groups : m;
 }

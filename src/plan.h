@@ -308,6 +308,10 @@ int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int ma
  * Called only with more row groups than resident clusters. */
 #define FN_PLAN_ODD_MAX_WAVES 4
 int64_t fn_plan_odd_clusters(int64_t active, int m, int64_t groups);
+/* One wave of at most n clusters for the ODD backward: n rounded down to the
+ * period m; where that is none, min(groups, m). fn_plan_odd_clusters'
+ * fallback, the lab knob's "down" and the grid cap's grids. */
+int64_t fn_plan_odd_one_wave(int64_t n, int m, int64_t groups);
 
 /* The 16-bit RMSNorm + residual backward's rows of this many columns take the
  * 16-element tile over clusters, not the 32-element tile (see fn_plan_make). */

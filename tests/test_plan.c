@@ -354,6 +354,9 @@ int main(void)
     ASSERT_EQ_INT(fn_plan_odd_clusters(3, 8, 200), 8);     /* 3 clusters of 16: 8 in three waves */
     ASSERT_EQ_INT(fn_plan_odd_clusters(3, 8, 20), 8);      /* no wave holds 8 within 20 / 4: min(groups, 8) */
     ASSERT_EQ_INT(fn_plan_odd_clusters(3, 8, 6), 6);
+    ASSERT_EQ_INT(fn_plan_odd_one_wave(30, 8, 1000), 24); /* one wave: rounded down to the period */
+    ASSERT_EQ_INT(fn_plan_odd_one_wave(2, 8, 1000), 8);
+    ASSERT_EQ_INT(fn_plan_odd_one_wave(2, 8, 5), 5);
     for (int64_t active = 1; active <= 140; active++)
         for (int m = 1; m <= 16; m *= 2)
             for (int64_t groups = active + 1; groups <= 100000; groups = groups * 3 + 1) {

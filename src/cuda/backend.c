@@ -425,7 +425,7 @@ static int64_t bwd_odd_grid(int64_t active, int m, int64_t groups, int64_t plann
 {
     const char *v = getenv("FUSEDNORM_BWD_ODD_GRID");
     if (!v || !*v) return planned;
-    if (strcmp(v, "down") == 0) return active >= m ? active / m * m : (groups < m ? groups : m);
+    if (strcmp(v, "down") == 0) return fn_plan_odd_one_wave(active, m, groups);
     const char *digits = v + (*v == 'x');
     if (*digits < '0' || *digits > '9') return planned; /* strtol would take " 8", "+8" */
     char *end;
@@ -784,10 +784,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
             int m = 1;
             while (m < 16 && (pitch * (uint64_t)m) % 16) m *= 2;
             int64_t g = bwd_odd_grid(clusters, m, groups, fn_plan_odd_clusters(clusters, m, groups));
-            if (grid_cap(g) < g) { /* the sanitizer's capped grids */
-                g = grid_cap(g) / m * m;
-                if (g == 0) g = groups < m ? groups : m;
-            }
+            if (grid_cap(g) < g) g = fn_plan_odd_one_wave(grid_cap(g), m, groups); /* the sanitizer's capped grids */
             st->grid = (int)(g * pl->cluster);
         }
     }
