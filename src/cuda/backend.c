@@ -728,6 +728,13 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
         }
     }
 
+    /* A row over a cluster meets through the exchange (common.cuh), which
+     * takes one row a CTA of whole warps: every plan of the planner's, but
+     * not every one of the lab knob's. */
+    if (pl->path == FN_PATH_ROWS_IN_REGISTERS && pl->cluster > 1 && (pl->rows_per_block > 1 || pl->tpr < 32)) {
+        fn_plan_use_two_pass(pl, a->cols, x_bytes);
+        p->odd = p->shift = 0;
+    }
     const int64_t groups = (a->rows + pl->rows_per_block - 1) / pl->rows_per_block;
     int active = 0;
     if (a->rows > 0 && pl->path == FN_PATH_ROWS_IN_REGISTERS) {

@@ -263,9 +263,62 @@ __device__ __forceinline__ float rstd_of(float sumsq, float n, float eps)
  * reduction needs one barrier (a thread can only write buffer b again after
  * every thread passed the barrier of the reduction in between). */
 struct RowReduceSmem {
-    float warp[2][32][2];    /* [buffer][warp in block][value] */
-    float cluster[2][32][2]; /* [buffer][row in block][value]: read by the cluster's CTAs */
+    float warp[2][32][2]; /* [buffer][warp in block][value] */
+    union {
+        float cluster[2][32][2]; /* [buffer][row in block][value]: read by the cluster's CTAs */
+        struct {                 /* the backward's cluster exchange (see below) */
+            float slot[2][16][2];      /* [buffer][source CTA's rank][value] */
+            unsigned long long bar[2]; /* the mbarrier of each buffer (cluster_xchg_init) */
+        } x;
+    };
 };
+
+/* ---- the cluster exchange (sm_90) -----------------------------------------
+ * A row over a cluster of C CTAs needs each reduction's C CTA sums in every
+ * CTA. Read from the others' shared memory, that takes a cluster barrier per
+ * reduction, and its arrive (release semantics) waits until every global
+ * store the CTA issued before it is acknowledged: in the persistent backward
+ * that is the last row's dx, each row (ncu, docs/perf.md step 89: ERRBAR the
+ * kernel's first stall). The exchange pushes instead: each CTA stores its sum
+ * into every other CTA's slot [buffer][its rank] with st.async, which counts
+ * its bytes on the receiver's mbarrier of that buffer; a CTA waits on its own
+ * mbarrier alone, and no global store is waited for. One row per CTA of whole
+ * warps (tpr == blockDim.x >= 32; the backend plans no other cluster for the
+ * backward). The two buffers alternate as in row_allreduce: a CTA stores
+ * into buffer b for reduction k + 2 only after it received every CTA's sum
+ * of reduction k + 1, which each CTA sends after the CTA barrier of k + 1,
+ * that is after all its threads read their buffer b of reduction k. The
+ * mbarrier of buffer b completes one phase every other reduction; its
+ * parity is kept in bits 1 and 2 of row_allreduce's buf. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned xchg_smem(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+/* a shared::cta address of this CTA mapped to the same offset in CTA `rank` */
+__device__ __forceinline__ unsigned xchg_remote(unsigned a, int rank)
+{
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+    return r;
+}
+#endif
+
+/* Sets up the exchange's mbarriers; every thread of every CTA of the cluster
+ * calls it once, before the first row_allreduce (a cluster barrier: no CTA
+ * may store into another's mbarrier before it is initialized). */
+__device__ __forceinline__ void cluster_xchg_init(RowReduceSmem &sm, int cluster_size)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cluster_size > 1) {
+        if (threadIdx.x == 0) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(xchg_smem(&sm.x.bar[0])) : "memory");
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(xchg_smem(&sm.x.bar[1])) : "memory");
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        cg::this_cluster().sync();
+    }
+#else
+    (void)sm, (void)cluster_size;
+#endif
+}
 
 /* bar.sync on barrier id (1..15; 0 is __syncthreads') for nthreads threads,
  * a multiple of 32: the warps of one row slice. */
@@ -288,11 +341,15 @@ __device__ __forceinline__ void lanes_sum(float (&v)[NV], int width)
 /* Sum NV values over the threads of one row slice (tpr threads: sub-warp
  * groups aligned to powers of two, or whole warps), then over the cluster's
  * CTAs. Every thread of the block must call it (barriers inside: the row's
- * own warps, or the whole cluster). */
-template <int NV>
+ * own warps, or the whole cluster). XCHG: over the cluster by the exchange
+ * (the kernel called cluster_xchg_init), else through the others' shared
+ * memory and a cluster barrier. buf: bit 0 the buffer; with XCHG, bits 1
+ * and 2 the phases of the exchange's mbarriers. */
+template <int NV, bool XCHG = false>
 __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm, int &buf, int tpr, int sub,
                                               int cluster_size)
 {
+    const int b = buf & 1;
     if (tpr <= 32) {
         lanes_sum(v, tpr);
     } else {
@@ -300,7 +357,7 @@ __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm,
         const int warp = threadIdx.x >> 5, wpr = tpr >> 5;
         if ((threadIdx.x & 31) == 0)
             #pragma unroll
-            for (int i = 0; i < NV; i++) sm.warp[buf][warp][i] = v[i];
+            for (int i = 0; i < NV; i++) sm.warp[b][warp][i] = v[i];
         /* Only this row's warps meet: with several rows per CTA, each row
          * waits for its own warps (named barrier 1 + sub), not the CTA's. */
         if (tpr == (int)blockDim.x) __syncthreads();
@@ -314,15 +371,56 @@ __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm,
         while (P < wpr) P <<= 1;
         const int l = threadIdx.x & (P - 1);
         #pragma unroll
-        for (int i = 0; i < NV; i++) v[i] = l < wpr ? sm.warp[buf][sub * wpr + l][i] : 0.0f;
+        for (int i = 0; i < NV; i++) v[i] = l < wpr ? sm.warp[b][sub * wpr + l][i] : 0.0f;
         lanes_sum(v, P);
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (cluster_size > 1) {
+    if (XCHG && cluster_size > 1) {
+        /* the exchange (see cluster_xchg_init): v is the CTA's sum in every
+         * thread; lane 0 keeps it in its own slot, lanes 1..C-1 store it
+         * into CTA (rank + lane) mod C's */
+        const int me = (int)cg::this_cluster().block_rank();
+        float *mine = sm.x.slot[b][me];
+        const unsigned bar = xchg_smem(&sm.x.bar[b]);
+        __syncwarp(); /* tpr == 32: this warp's reads of the last reduction precede the stores */
+        if (threadIdx.x == 0) {
+            #pragma unroll
+            for (int i = 0; i < NV; i++) mine[i] = v[i];
+            asm volatile("{\n\t.reg .b64 st;\n\t"
+                         "mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 st, [%0], %1;\n\t}" ::"r"(bar),
+                         "r"((unsigned)((cluster_size - 1) * NV * 4))
+                         : "memory");
+        } else if (threadIdx.x < cluster_size) {
+            int to = me + (int)threadIdx.x;
+            if (to >= cluster_size) to -= cluster_size;
+            const unsigned slot = xchg_remote(xchg_smem(mine), to), rbar = xchg_remote(bar, to);
+            #pragma unroll
+            for (int i = 0; i < NV; i++)
+                asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
+                                 slot + 4u * i),
+                             "r"(__float_as_uint(v[i])), "r"(rbar)
+                             : "memory");
+        }
+        const unsigned parity = ((unsigned)buf >> (1 + b)) & 1u;
+        asm volatile("{\n\t.reg .pred done;\n\t"
+                     "XCHG_WAIT_%=:\n\t"
+                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n\t"
+                     "@!done bra XCHG_WAIT_%=;\n\t}" ::"r"(bar),
+                     "r"(parity)
+                     : "memory");
+        buf ^= 2 << b; /* the next phase of buffer b */
+        /* every CTA adds the C sums in rank order: the same bits everywhere */
+        #pragma unroll
+        for (int i = 0; i < NV; i++) {
+            float s = 0.0f;
+            for (int r = 0; r < cluster_size; r++) s += sm.x.slot[b][r][i];
+            v[i] = s;
+        }
+    } else if (!XCHG && cluster_size > 1) {
         cg::cluster_group cl = cg::this_cluster();
         if ((threadIdx.x % tpr) == 0)
             #pragma unroll
-            for (int i = 0; i < NV; i++) sm.cluster[buf][sub][i] = v[i];
+            for (int i = 0; i < NV; i++) sm.cluster[b][sub][i] = v[i];
         cl.sync();
         if (tpr >= 32 && (cluster_size & (cluster_size - 1)) == 0) {
             /* Whole warps per row: lane l reads CTA l mod P's sum (P: the
@@ -331,13 +429,13 @@ __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm,
              * per CTA, the same bits in every warp (as above). */
             const int l = threadIdx.x & (cluster_size - 1);
             #pragma unroll
-            for (int i = 0; i < NV; i++) v[i] = *cl.map_shared_rank(&sm.cluster[buf][sub][i], l);
+            for (int i = 0; i < NV; i++) v[i] = *cl.map_shared_rank(&sm.cluster[b][sub][i], l);
             lanes_sum(v, cluster_size);
         } else {
             #pragma unroll
             for (int i = 0; i < NV; i++) {
                 float s = 0.0f;
-                for (int r = 0; r < cluster_size; r++) s += *cl.map_shared_rank(&sm.cluster[buf][sub][i], r);
+                for (int r = 0; r < cluster_size; r++) s += *cl.map_shared_rank(&sm.cluster[b][sub][i], r);
                 v[i] = s;
             }
         }

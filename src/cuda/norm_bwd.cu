@@ -302,6 +302,9 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
     if constexpr (PIPE)
         #pragma unroll
         for (int st = 0; st < STAGES - 1; st++) issue(cid + st * nclusters, st);
+    /* Over a cluster (one row a CTA of whole warps: the backend plans no
+     * other), the row sums meet by the exchange (common.cuh). */
+    cluster_xchg_init(sm, C);
     if (wcache) {
         fill_column_cache<VEC>(wc, p.w, p.dt_w, p.w_off, slice, tpr, tpr * EPT, N);
         __syncthreads();
@@ -457,7 +460,7 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
                     for (int j = 0; j < VEC; j++) s[0] += x[j];
                 }
                 if constexpr (ODD) s[0] += ex;
-                row_allreduce<1>(s, sm, buf, tpr, sub, C);
+                row_allreduce<1, true>(s, sm, buf, tpr, sub, C);
                 mean = s[0] / (float)N;
             }
             float q[1] = {0.0f};
@@ -475,7 +478,7 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
             }
             if constexpr (ODD)
                 if (eok) q[0] += (ex - mean) * (ex - mean);
-            row_allreduce<1>(q, sm, buf, tpr, sub, C);
+            row_allreduce<1, true>(q, sm, buf, tpr, sub, C);
             rstd = rstd_of(q[0], (float)N, p.eps);
         }
         /* x_hat = (x - mean) * rstd; for RMSNorm x * rstd. */
@@ -498,7 +501,7 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
         }
         if constexpr (ODD)
             if (eok) sum_into(s, ex, edy, ew);
-        row_allreduce<LN ? 2 : 1>(*reinterpret_cast<float(*)[LN ? 2 : 1]>(s), sm, buf, tpr, sub, C);
+        row_allreduce<LN ? 2 : 1, true>(*reinterpret_cast<float(*)[LN ? 2 : 1]>(s), sm, buf, tpr, sub, C);
         /* dx = rstd * (g - c2 - x_hat * c1) = g * rstd - x_hat * (c1 * rstd) - c2 * rstd */
         const float c1r = s[0] * inv_n * rstd, c2r = LN ? s[1] * inv_n * rstd : 0.0f;
         auto dx_of = [&](float xh, float dy, float w) { return fmaf(-xh, c1r, fmaf(dy * w, rstd, -c2r)); };
