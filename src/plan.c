@@ -150,7 +150,12 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
                 if (tpr * ept < vec) continue; /* a thread holds at least one vector */
                 const int64_t coverage = (int64_t)cluster * tpr * ept;
                 if (coverage < pb->cols) continue;
-                if (!wide && cluster > cap && tpr > 256) continue; /* fp32 backward: see cap_here */
+                /* fp32 backward (see cap_here): 512 threads in a cluster of
+                 * 16 only past what 16 x 256 covers (65536 columns). With the
+                 * cluster exchange (step 89) 16 x 512 ran at 68.5 / 64.1% of
+                 * copy at 131072 (RMSNorm / LayerNorm), the column split at
+                 * 55.0 / 55.1. */
+                if (!wide && cluster > cap && tpr > 256 && pb->cols <= (int64_t)cluster * 256 * ept) continue;
                 double cost = (double)(coverage - pb->cols) / (double)coverage;
                 cost += 0.15 * log2i(cluster);
                 if (tpr == 512 && !small_bwd) cost += 0.05;

@@ -105,7 +105,7 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
         ASSERT_TRUE(p.tpr < 32 ? (p.tpr & (p.tpr - 1)) == 0 : p.tpr % 32 == 0);
         ASSERT_EQ_INT(p.threads, p.rows_per_block * p.tpr);
         ASSERT_TRUE(p.threads >= 32 && p.threads <= 512 && p.threads % 32 == 0);
-        ASSERT_TRUE(p.cluster >= 1 && p.cluster <= (cc >= 9 ? (is_bwd && p.ept == 32 ? 16 : 8) : 1));
+        ASSERT_TRUE(p.cluster >= 1 && p.cluster <= (cc >= 9 ? (is_bwd && (p.ept == 32 || x_bytes == 4) ? 16 : 8) : 1));
         ASSERT_TRUE(p.tpr * p.ept >= vec);
         if (is_bwd && p.ept == 32) ASSERT_TRUE(wide && vec == 8); /* the wide tile: only when launchable */
     } else {
@@ -495,12 +495,12 @@ int main(void)
      * too, 65536 in a non-portable cluster of 16); 6144 keeps 384 threads in
      * 1; 9216..12288 in 4 x 160 to 10240, then 3 x 256 (LayerNorm from
      * 11265; step 80: more CTAs resident than 2 x 288..384, which 9152 and
-     * 12352 keep); past a cluster
-     * of 16 of 256 threads the column split (two-pass here), never 16 x 512. */
+     * 12352 keep); past a cluster of 16 of 256 threads 16 x 512 (step 89),
+     * past that the column split (two-pass here). */
     struct { int64_t cols; int tpr, cluster; } f32_bwd[] = {
         {4096, 256, 1},  {6144, 384, 1},  {8192, 256, 2},  {9152, 288, 2},   {9216, 160, 4},   {10240, 160, 4},
         {10304, 256, 3}, {12000, 256, 3}, {12288, 256, 3}, {12352, 416, 2},  {16384, 256, 4},  {32768, 256, 8},
-        {65536, 256, 16}, {131072, 0, 0},
+        {65536, 256, 16}, {65600, 288, 16}, {131072, 512, 16}, {131073, 0, 0},
     };
     for (int is_ln = 0; is_ln < 2; is_ln++)
         for (size_t i = 0; i < sizeof f32_bwd / sizeof f32_bwd[0]; i++) {
