@@ -549,6 +549,17 @@ static void test_plan_knob(void)
                 th_run_case(&c, FUSEDNORM_CUDA, NULL);
             }
     unsetenv("FUSEDNORM_PLAN_FWD");
+    /* A backward plan of several rows a CTA over a cluster (4 rows of 64
+     * threads a CTA, clusters of 2): the cluster exchange takes one row a
+     * CTA (step 89), so the backend runs such a plan two-pass; the results
+     * must not change. */
+    setenv("FUSEDNORM_PLAN_BWD", "16,64,2", 1);
+    for (int n = 0; n < 2; n++)
+        for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+            th_case c = th_case_default(n ? FUSEDNORM_LAYERNORM : FUSEDNORM_RMSNORM, 37, 2048, dts[d]);
+            c.bias_on = c.dbias_on = 1;
+            th_run_case(&c, FUSEDNORM_CUDA, NULL);
+        }
     unsetenv("FUSEDNORM_PLAN_BWD");
 }
 #endif
