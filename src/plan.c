@@ -7,8 +7,9 @@
  * enumerate every instantiated shape that covers cols and take the cheapest
  * by a small cost model:
  *   - idle lanes (coverage beyond cols) cost their fraction of the work;
- *   - each doubling of the cluster costs a little (a DSMEM exchange and a
- *     cluster barrier per reduction);
+ *   - each doubling of the cluster costs a little (a DSMEM exchange per
+ *     reduction: a cluster barrier in the forward, the st.async exchange of
+ *     common.cuh in the backward; the weights predate the exchange);
  *   - 512-thread CTAs cost a little (one CTA per SM at high register counts
  *     leaves the SM idle during the row reductions);
  *   - the largest register tile costs a little (fewer CTAs resident per SM);

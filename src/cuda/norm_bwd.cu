@@ -19,7 +19,7 @@
  * fused) may be TX or fp32, like dy, dresidual_out and dresidual.
  *
  * Kernels: norm_bwd_rows_in_registers (row slices in registers, clusters on
- * sm_90; for rows off a 16-byte boundary its ODD form where every activation
+ * sm_90 whose row sums meet by the cluster exchange of common.cuh; for rows off a 16-byte boundary its ODD form where every activation
  * shares x's offset within 16 bytes in each row, else a SHIFT variant
  * realigned in shared memory, as in the forward), norm_bwd_two_pass (any N, any alignment, rows
  * peeled to their 16-byte boundary; re-reads the row; partial sums in shared
