@@ -28,9 +28,9 @@ cmake --build "$BUILD" -j "$(nproc)" 2>&1 | tee "$log" | grep -E "error:|warning
 grep -q "ptxas info" "$log" && cp "$log" "$BUILD/ptxas.log"
 rm -f "$log"
 rm -rf .devbin && mkdir -p .devbin
-cp "$BUILD"/{fusednorm,test_cuda_ops,test_api_errors,test_determinism,device_floors,odd_grid_probe} .devbin/
+cp "$BUILD"/{fusednorm,test_cuda_ops,test_api_errors,test_determinism,test_cluster_xchg,device_floors,odd_grid_probe} .devbin/
 cp -L "$BUILD/libfusednorm.so" .devbin/
-strip .devbin/{fusednorm,test_cuda_ops,test_api_errors,test_determinism,device_floors,odd_grid_probe}
+strip .devbin/{fusednorm,test_cuda_ops,test_api_errors,test_determinism,test_cluster_xchg,device_floors,odd_grid_probe}
 strip --strip-unneeded .devbin/libfusednorm.so
 tar cf - .devbin | xz -T"$(nproc)" -6 --lzma2=dict=192MiB >.devpack.tar.xz
 bytes=$(stat -c %s .devpack.tar.xz)

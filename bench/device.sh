@@ -46,7 +46,7 @@ FN="$BUILD/fusednorm"
 
 if has tests; then
   log "GPU tests"
-  for t in test_cuda_ops test_api_errors test_determinism; do
+  for t in test_cuda_ops test_api_errors test_determinism test_cluster_xchg; do
     if [ -x "$BUILD/$t" ]; then
       timeout 400 "$BUILD/$t" >"$OUT/$t.log" 2>&1
       rc=$?

@@ -284,7 +284,8 @@ struct RowReduceSmem {
  * its bytes on the receiver's mbarrier of that buffer; a CTA waits on its own
  * mbarrier alone, and no global store is waited for. One row per CTA of whole
  * warps (tpr == blockDim.x >= 32; the backend plans no other cluster for the
- * backward). The two buffers alternate as in row_allreduce: a CTA stores
+ * backward, and fn_launch_bwd_rows refuses one), at most 16 CTAs (the slots;
+ * the senders are lanes 1..C-1 of warp 0). The two buffers alternate as in row_allreduce: a CTA stores
  * into buffer b for reduction k + 2 only after it received every CTA's sum
  * of reduction k + 1, which each CTA sends after the CTA barrier of k + 1,
  * that is after all its threads read their buffer b of reduction k. The
@@ -349,6 +350,7 @@ template <int NV, bool XCHG = false>
 __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm, int &buf, int tpr, int sub,
                                               int cluster_size)
 {
+    static_assert(!XCHG || NV <= 2, "the exchange's slots hold 2 values");
     const int b = buf & 1;
     if (tpr <= 32) {
         lanes_sum(v, tpr);
