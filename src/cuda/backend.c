@@ -728,10 +728,10 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
         }
     }
 
-    /* A row over a cluster meets through the exchange (common.cuh), which
-     * takes one row a CTA of whole warps: every plan of the planner's, but
-     * not every one of the lab knob's. */
-    if (pl->path == FN_PATH_ROWS_IN_REGISTERS && pl->cluster > 1 && (pl->rows_per_block > 1 || pl->tpr < 32)) {
+    /* A row over a cluster meets through the exchange (common.cuh): every
+     * plan of the planner's is one it takes, not every one of the lab knob's. */
+    if (pl->path == FN_PATH_ROWS_IN_REGISTERS &&
+        !fn_plan_bwd_cluster_ok(pl->cluster, pl->rows_per_block, pl->tpr, pl->threads)) {
         fn_plan_use_two_pass(pl, a->cols, x_bytes);
         p->odd = p->shift = 0;
     }

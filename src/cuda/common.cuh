@@ -291,8 +291,11 @@ struct RowReduceSmem {
  * that is after all its threads read their buffer b of reduction k. The
  * mbarrier of buffer b completes one phase every other reduction; its
  * parity is kept in bits 1 and 2 of row_allreduce's buf. */
+/* a shared-memory address as the 32-bit shared::cta address that PTX's
+ * shared-memory instructions take (cp.async, mbarrier, mapa) */
+__device__ __forceinline__ unsigned smem_addr(const void *smem) { return (unsigned)__cvta_generic_to_shared(smem); }
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ unsigned xchg_smem(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 /* a shared::cta address of this CTA mapped to the same offset in CTA `rank` */
 __device__ __forceinline__ unsigned xchg_remote(unsigned a, int rank)
 {
@@ -310,8 +313,8 @@ __device__ __forceinline__ void cluster_xchg_init(RowReduceSmem &sm, int cluster
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (cluster_size > 1) {
         if (threadIdx.x == 0) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(xchg_smem(&sm.x.bar[0])) : "memory");
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(xchg_smem(&sm.x.bar[1])) : "memory");
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&sm.x.bar[0])) : "memory");
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&sm.x.bar[1])) : "memory");
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         }
         cg::this_cluster().sync();
@@ -383,7 +386,7 @@ __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm,
          * into CTA (rank + lane) mod C's */
         const int me = (int)cg::this_cluster().block_rank();
         float *mine = sm.x.slot[b][me];
-        const unsigned bar = xchg_smem(&sm.x.bar[b]);
+        const unsigned bar = smem_addr(&sm.x.bar[b]);
         __syncwarp(); /* tpr == 32: this warp's reads of the last reduction precede the stores */
         if (threadIdx.x == 0) {
             #pragma unroll
@@ -395,7 +398,7 @@ __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm,
         } else if (threadIdx.x < cluster_size) {
             int to = me + (int)threadIdx.x;
             if (to >= cluster_size) to -= cluster_size;
-            const unsigned slot = xchg_remote(xchg_smem(mine), to), rbar = xchg_remote(bar, to);
+            const unsigned slot = xchg_remote(smem_addr(mine), to), rbar = xchg_remote(bar, to);
             #pragma unroll
             for (int i = 0; i < NV; i++)
                 asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
@@ -623,10 +626,9 @@ __device__ __forceinline__ void cluster_exit_barrier(int cluster_size)
  * reads back only what it copied, so a thread waits on its own copy groups and
  * no barrier is needed. Per-thread chunk layout [stage][k][chunk][thread]
  * (uint4 units) keeps the read-back free of bank conflicts. The copies take
- * shared-memory addresses (smem_addr), converted once per kernel rather than
- * once per copy. The library builds for sm_80 and newer only; the empty
+ * shared-memory addresses (smem_addr, above), converted once per kernel rather
+ * than once per copy. The library builds for sm_80 and newer only; the empty
  * branches are the host compiler's view. */
-__device__ __forceinline__ unsigned smem_addr(const void *smem) { return (unsigned)__cvta_generic_to_shared(smem); }
 __device__ __forceinline__ void cp_async16_s(unsigned s, const void *gmem)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

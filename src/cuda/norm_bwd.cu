@@ -29,6 +29,7 @@
  */
 #include "common.cuh"
 #include "launch.cuh"
+#include "plan.h"
 
 namespace fn {
 
@@ -1116,22 +1117,17 @@ static cudaError_t two_pass_dispatch(const fn_bwd_params *p, int grid, int threa
 
 } // namespace fn
 
-/* The cluster exchange (common.cuh) takes one row a CTA of whole warps and
- * at most 16 CTAs: a backstop for the backend, which plans no other. */
-static bool bwd_rows_cluster_ok(const fn_bwd_params *p, int threads)
-{
-    return p->cluster <= 1 || (p->cluster <= 16 && p->rows_per_block == 1 && threads == p->tpr && p->tpr >= 32);
-}
-
 extern "C" int fn_launch_bwd_rows(const fn_bwd_params *p, int vec, int ept, int grid, int threads, void *stream)
 {
-    if (!bwd_rows_cluster_ok(p, threads)) return (int)cudaErrorInvalidConfiguration;
+    if (!fn_plan_bwd_cluster_ok(p->cluster, p->rows_per_block, p->tpr, threads)) /* a backstop (plan.h) */
+        return (int)cudaErrorInvalidConfiguration;
     return (int)fn::rows_entry(p, vec, ept, grid, threads, stream, nullptr);
 }
 
 extern "C" int fn_max_active_bwd_rows(const fn_bwd_params *p, int vec, int ept, int threads, int *count)
 {
-    if (!bwd_rows_cluster_ok(p, threads)) return (int)cudaErrorInvalidConfiguration;
+    if (!fn_plan_bwd_cluster_ok(p->cluster, p->rows_per_block, p->tpr, threads)) /* a backstop (plan.h) */
+        return (int)cudaErrorInvalidConfiguration;
     return (int)fn::rows_entry(p, vec, ept, 1, threads, nullptr, count);
 }
 
