@@ -313,12 +313,12 @@ int64_t fn_plan_odd_clusters(int64_t active, int m, int64_t groups);
  * fallback, the lab knob's "down" and the grid cap's grids. */
 int64_t fn_plan_odd_one_wave(int64_t n, int m, int64_t groups);
 
-/* The backward's rows over a cluster meet by the cluster exchange
- * (src/cuda/common.cuh), which takes one row a CTA of whole warps and at
- * most 16 CTAs: whether a rows plan (cluster, rows_per_block, tpr, threads)
- * is one it can take. The backend runs any other two-pass; the launcher
- * refuses it. */
-static inline int fn_plan_bwd_cluster_ok(int cluster, int rows_per_block, int tpr, int threads)
+/* The register tiles' rows over a cluster, forward and backward, meet by the
+ * cluster exchange (src/cuda/common.cuh), which takes one row a CTA of whole
+ * warps and at most 16 CTAs: whether a rows plan (cluster, rows_per_block,
+ * tpr, threads) is one it can take. The backend runs any other two-pass; the
+ * launchers refuse it. */
+static inline int fn_plan_cluster_xchg_ok(int cluster, int rows_per_block, int tpr, int threads)
 {
     return cluster <= 1 || (cluster <= 16 && rows_per_block == 1 && threads == tpr && tpr >= 32);
 }

@@ -108,7 +108,7 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
         ASSERT_TRUE(p.cluster >= 1 && p.cluster <= (cc >= 9 ? (is_bwd && (p.ept == 32 || x_bytes == 4) ? 16 : 8) : 1));
         ASSERT_TRUE(p.tpr * p.ept >= vec);
         if (is_bwd && p.ept == 32) ASSERT_TRUE(wide && vec == 8); /* the wide tile: only when launchable */
-        if (is_bwd) ASSERT_TRUE(fn_plan_bwd_cluster_ok(p.cluster, p.rows_per_block, p.tpr, p.threads)); /* the exchange's */
+        ASSERT_TRUE(fn_plan_cluster_xchg_ok(p.cluster, p.rows_per_block, p.tpr, p.threads)); /* the exchange's */
     } else {
         ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
         ASSERT_TRUE(cols > max_coverage(is_bwd, vec, cc, wide) || (!vec_ok && cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) ||

@@ -566,6 +566,13 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
         }
     }
 
+    /* A row of the register tile over a cluster meets through the exchange
+     * (common.cuh): every plan of the planner's is one it takes, not every
+     * one of the lab knob's. */
+    if (pl.path == FN_PATH_ROWS_IN_REGISTERS && !fn_plan_cluster_xchg_ok(pl.cluster, pl.rows_per_block, pl.tpr, pl.threads)) {
+        fn_plan_use_two_pass(&pl, a->cols, x_bytes);
+        p.shift = 0;
+    }
     int err = 0;
     if (pl.path == FN_PATH_HELD) {
         /* One CTA per row group; past the grid's limit the kernel walks on. */
@@ -731,7 +738,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     /* A row over a cluster meets through the exchange (common.cuh): every
      * plan of the planner's is one it takes, not every one of the lab knob's. */
     if (pl->path == FN_PATH_ROWS_IN_REGISTERS &&
-        !fn_plan_bwd_cluster_ok(pl->cluster, pl->rows_per_block, pl->tpr, pl->threads)) {
+        !fn_plan_cluster_xchg_ok(pl->cluster, pl->rows_per_block, pl->tpr, pl->threads)) {
         fn_plan_use_two_pass(pl, a->cols, x_bytes);
         p->odd = p->shift = 0;
     }

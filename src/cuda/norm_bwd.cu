@@ -1119,14 +1119,14 @@ static cudaError_t two_pass_dispatch(const fn_bwd_params *p, int grid, int threa
 
 extern "C" int fn_launch_bwd_rows(const fn_bwd_params *p, int vec, int ept, int grid, int threads, void *stream)
 {
-    if (!fn_plan_bwd_cluster_ok(p->cluster, p->rows_per_block, p->tpr, threads)) /* a backstop (plan.h) */
+    if (!fn_plan_cluster_xchg_ok(p->cluster, p->rows_per_block, p->tpr, threads)) /* a backstop (plan.h) */
         return (int)cudaErrorInvalidConfiguration;
     return (int)fn::rows_entry(p, vec, ept, grid, threads, stream, nullptr);
 }
 
 extern "C" int fn_max_active_bwd_rows(const fn_bwd_params *p, int vec, int ept, int threads, int *count)
 {
-    if (!fn_plan_bwd_cluster_ok(p->cluster, p->rows_per_block, p->tpr, threads)) /* a backstop (plan.h) */
+    if (!fn_plan_cluster_xchg_ok(p->cluster, p->rows_per_block, p->tpr, threads)) /* a backstop (plan.h) */
         return (int)cudaErrorInvalidConfiguration;
     return (int)fn::rows_entry(p, vec, ept, 1, threads, nullptr, count);
 }

@@ -12,7 +12,10 @@
  *    is held in registers by `tpr` threads, EPT elements each, loaded with
  *    VEC-wide (16-byte) accesses when alignment allows, else one element at a
  *    time. Several rows per CTA when rows are short. Covers N up to
- *    cluster * tpr * EPT (262144 on sm_90). Its SHIFT variant takes 16-bit
+ *    cluster * tpr * EPT (262144 on sm_90); over a cluster (one row a CTA)
+ *    its 16-bit vector instances meet by the cluster exchange, the others
+ *    at a cluster barrier. RMSNorm's 16-bit rows past 64 KiB take it (the
+ *    planner's rule, plan.h). Its SHIFT variant takes 16-bit
  *    rows that start off a 16-byte boundary (odd N, odd pitches), realigned
  *    in shared memory (common.cuh), up to FN_PLAN_SHIFT_MAX_COLS.
  *  - norm_fwd_held: rows of the streaming kernel's calls (x, y, weight,
@@ -35,6 +38,7 @@
  */
 #include "common.cuh"
 #include "launch.cuh"
+#include "plan.h"
 
 namespace fn {
 
@@ -146,6 +150,15 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
     if (pipe)
         #pragma unroll
         for (int st = 0; st < STAGES - 1; st++) issue(first + st * stride, st);
+    /* Over a cluster (one row a CTA of whole warps: fn_plan_cluster_xchg_ok),
+     * the row sums of the 16-bit vector tiles meet by the exchange
+     * (common.cuh): a cluster barrier per reduction waits for the last row's
+     * y stores (step 90). The others (fp32, the scalar and SHIFT tiles,
+     * which the planner gives no cluster but for fp32's unusual calls)
+     * keep the barrier: the exchange compiled in cost them registers (fp32
+     * EPT 16: 60 -> 102) or spills (SHIFT EPT 32: 116 bytes). */
+    constexpr bool XCHG = sizeof(TX) == 2 && VEC > 1 && !SHIFT;
+    if constexpr (XCHG) cluster_xchg_init(sm, C);
     if (wcache) {
         if (has_w) fill_column_cache<VEC>(wc, p.w, p.dt_w, p.w_off, slice, tpr, tpr * EPT, N);
         if (has_b) fill_column_cache<VEC>(bc, p.b, p.dt_w, 0.0f, slice, tpr, tpr * EPT, N);
@@ -227,7 +240,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
             for (int k = 0; k < K; k++)
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) s[0] += h[k][j];
-            row_allreduce<1>(s, sm, buf, tpr, sub, C);
+            row_allreduce<1, XCHG>(s, sm, buf, tpr, sub, C);
             mean = s[0] / (float)N;
             /* h - mean from here on (RMSNorm skips it: one FADD per element) */
             #pragma unroll
@@ -244,7 +257,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
             if (ok[k])
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) q[0] += h[k][j] * h[k][j];
-        row_allreduce<1>(q, sm, buf, tpr, sub, C);
+        row_allreduce<1, XCHG>(q, sm, buf, tpr, sub, C);
         const float rstd = rstd_of(q[0], (float)N, p.eps);
 
         if (row_ok && lane == 0 && slice == 0) {
@@ -993,11 +1006,15 @@ static cudaError_t held_entry(const fn_fwd_params &p, int u, int grid, int threa
 
 extern "C" int fn_launch_fwd_rows(const fn_fwd_params *p, int vec, int ept, int grid, int threads, void *stream)
 {
+    if (!fn_plan_cluster_xchg_ok(p->cluster, p->rows_per_block, p->tpr, threads)) /* a backstop (plan.h) */
+        return (int)cudaErrorInvalidConfiguration;
     return (int)fn::rows_entry(p, vec, ept, grid, threads, stream, nullptr);
 }
 
 extern "C" int fn_max_active_fwd_rows(const fn_fwd_params *p, int vec, int ept, int threads, int *count)
 {
+    if (!fn_plan_cluster_xchg_ok(p->cluster, p->rows_per_block, p->tpr, threads)) /* a backstop (plan.h) */
+        return (int)cudaErrorInvalidConfiguration;
     return (int)fn::rows_entry(p, vec, ept, 1, threads, nullptr, count);
 }
 
