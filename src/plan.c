@@ -116,6 +116,11 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
      * +12.1 / +13.4%; 48 KiB bf16 +2.9 / -1.1%, fp32 +2.6 / +3.4%; 32 KiB
      * (bf16 16384, fp32 8192) -2 / -3%, which stay streamed (docs/perf.md
      * step 79). */
+    /* RMSNorm's 16-bit common call past 64 KiB: the 32-element register
+     * tile over a cluster, whose row sums meet by the exchange (plan.h,
+     * FN_PLAN_FWD_ROWS_CLUSTER_*); LayerNorm and the rest are held. */
+    if (fn_plan_fwd_rows_cluster_call(pb) && fn_plan_use_fwd_rows_cluster(&best, pb->cols, pb->max_cluster))
+        return best;
     if (pb->vec_ok && pb->cc_major >= 9 && fn_plan_streams(pb) &&
         (pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_BYTES ||
          (pb->stream == FN_STREAM_RESIDUAL && pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_RES_BYTES))) {
@@ -333,6 +338,36 @@ int fn_plan_use_held_cluster(fn_plan *pl, int64_t cols, int x_bytes, int u, int 
     pl->rows_per_block = 1;
     pl->threads = (int)tpr;
     pl->cluster = c;
+    return 1;
+}
+
+int fn_plan_fwd_rows_cluster_call(const fn_plan_problem *pb)
+{
+    return !pb->is_bwd && !pb->is_ln && pb->vec_ok && pb->x_bytes == 2 && pb->cc_major >= 9 &&
+           pb->stream == FN_STREAM_COMMON && !pb->w32 && pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_BYTES;
+}
+
+int fn_plan_use_fwd_rows_cluster(fn_plan *pl, int64_t cols, int max_cluster)
+{
+    const int ept = 32, vec = 8, cl = FN_PLAN_FWD_ROWS_CLUSTER;
+    const int64_t small = (int64_t)FN_PLAN_FWD_ROWS_CLUSTER_SMALL_CTA * ept;
+    int64_t c = (cols + small - 1) / small, tpr;
+    if (cols % vec || cl > max_cluster) return 0;
+    if (c >= 2 && c <= cl) { /* the fewest CTAs of up to 256 threads, the fewest whole warps each */
+        tpr = ((cols + c * ept - 1) / (c * ept) + 31) / 32 * 32;
+    } else if (cols == (int64_t)cl * 512 * ept) { /* 8 x 512, the row filling them exactly */
+        c = cl;
+        tpr = 512;
+    } else {
+        return 0;
+    }
+    pl->path = FN_PATH_ROWS_IN_REGISTERS;
+    pl->vec = vec;
+    pl->ept = ept;
+    pl->tpr = (int)tpr;
+    pl->rows_per_block = 1;
+    pl->threads = (int)tpr;
+    pl->cluster = (int)c;
     return 1;
 }
 

@@ -53,8 +53,9 @@ typedef struct fn_plan_problem {
                            * and bias aligned; the backend checks): held as FN_PATH_HELD with vec 16 /
                            * x_bytes (fn_plan_use_held_odd) from FN_PLAN_HELD_ODD_MIN_VECTORS whole
                            * vectors to FN_PLAN_HELD_MAX_VECTORS */
-    int is_ln;            /* backward: LayerNorm (its fp32 rows take 16 elements a thread where RMSNorm's
-                           * take 8 in CTAs of more than 256 threads; see plan.c) */
+    int is_ln;            /* LayerNorm. Backward: its fp32 rows take 16 elements a thread where RMSNorm's
+                           * take 8 in CTAs of more than 256 threads (see plan.c); forward: its rows past
+                           * 64 KiB stay held (fn_plan_fwd_rows_cluster_call) */
     int64_t rows;         /* backward: the row count (0: not known). Small problems (FN_PLAN_SMALL_BWD_*)
                            * take at most 8 elements a thread, spread over more threads and CTAs */
 } fn_plan_problem;
@@ -217,6 +218,39 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  * search's 2 x 288..384 (plan.c, docs/perf.md step 80). */
 #define FN_PLAN_F32_BWD_RESIDENT_MIN_COLS 9216
 #define FN_PLAN_F32_BWD_RESIDENT_MAX_COLS 12288
+
+/* RMSNorm's forward of the common call (fn_plan_fwd_rows_cluster_call:
+ * 16-bit x, y, weight and bias of one dtype, 16-byte vectors, no residual,
+ * sm_90) on rows past 64 KiB takes the 32-element register tile over a
+ * cluster (fn_plan_use_fwd_rows_cluster): the fewest CTAs of up to
+ * FN_PLAN_FWD_ROWS_CLUSTER_SMALL_CTA threads where at most
+ * FN_PLAN_FWD_ROWS_CLUSTER of them hold the row (to 65536 columns), each the
+ * fewest whole warps that cover its slice; past that, FN_PLAN_FWD_ROWS_CLUSTER
+ * CTAs of 512 threads that the row fills exactly (131072 columns: the one
+ * such plan run on the GPU); one row a CTA. A persistent grid, the next row staged (cp.async)
+ * while this one is reduced, the row sums met by the cluster exchange
+ * (common.cuh), where the held kernel launches a cluster per row and meets at
+ * a cluster barrier. Measured (H200, M * N = 2^30 or M = 32768, bf16, % of
+ * copy, held -> register tile, docs/perf.md step 90): 40000 70.4 -> 84.9 (5
+ * x 256), 49152 74.3 -> 90.0 (6 x 256), 65536 82.0 -> 91.5 (8 x 256; 4 x
+ * 512 88.4), 131072 81.3 -> 87.7 (8 x 512),
+ * fp16 65536 82.3 -> 92.7, 131072 81.2 -> 89.8. Left held: clusters past 8
+ * (196608 69.2 -> 62.1 in 12 x 512, 67.3 in 16 x 384; 163840 76.5 -> 61.7
+ * in 16 x 320; 262144 75.7 -> 76.4 in 16 x 512), and the inexact rows past
+ * 65536, which measured mixed (65544 63.5 -> 77.1 in 8 x 288, 64.2 in 5 x
+ * 416; 100000 74.5 -> 67.9 in 8 x 416, 67.6 in 7 x 448), and the exact
+ * tiles of fewer than 512 threads, whose results the GPU did not check
+ * (98304 72.7 -> 74.6 in 8 x 384, 75.6 in 6 x 512). LayerNorm lost
+ * (65536 72.2 -> 67.1, two exchanges a row against the held kernel's one
+ * merge), and so did fp32 (unstaged: 32768 83.5 -> 74.3) and the residual
+ * call (unstaged past FN_MAX_STAGE_BYTES: bf16 65536 83.2 -> 47.9): those
+ * stay held. */
+#define FN_PLAN_FWD_ROWS_CLUSTER_SMALL_CTA 256
+#define FN_PLAN_FWD_ROWS_CLUSTER 8
+int fn_plan_fwd_rows_cluster_call(const fn_plan_problem *pb);
+/* Turns pl into that plan for a row of cols 16-bit columns: 0 when no
+ * cluster of at most max_cluster CTAs (and the limits above) holds it. */
+int fn_plan_use_fwd_rows_cluster(fn_plan *pl, int64_t cols, int max_cluster);
 
 /* Turns pl into the clustered held plan (see above) with u vectors per
  * thread and CTAs of at most cta_threads threads (a multiple of 32, <= 512):

@@ -44,6 +44,26 @@ static int expect_cluster(int64_t nv, int u, int *cta)
     return 0;
 }
 
+/* RMSNorm's forward of the 16-bit common call past 64 KiB on sm_90 (plan.h,
+ * FN_PLAN_FWD_ROWS_CLUSTER_*): the 32-element register tile over the fewest
+ * CTAs of 256 threads (at most 8), each the fewest whole warps that cover its
+ * slice, else over 8 CTAs of 512 threads that the row fills exactly (131072
+ * columns); returns the cluster (0: none) and the threads a row in *tpr. */
+static int expect_rows_cluster(int64_t cols, int *tpr)
+{
+    int c = 1;
+    while ((int64_t)c * 256 * 32 < cols) c++;
+    if (c >= 2 && c <= 8) {
+        *tpr = (int)(((cols + 32 * c - 1) / (32 * c) + 31) / 32 * 32);
+        return c;
+    }
+    if (cols == 8 * 512 * 32) {
+        *tpr = 512;
+        return 8;
+    }
+    return 0;
+}
+
 static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc, int wide, int stream)
 {
     fn_plan_problem pb = {is_bwd, cols, x_bytes, vec_ok, cc, 16, wide, 0, stream, 0, 0, 0, 0};
@@ -65,11 +85,16 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
     const int clustered = streamed && cc >= 9 && want_c > 0 &&
                           (cols * x_bytes > FN_PLAN_STREAM_FWD_BYTES ||
                            (stream == FN_STREAM_RESIDUAL && cols * x_bytes > FN_PLAN_STREAM_FWD_RES_BYTES));
-    if (streamed) ASSERT_EQ_INT(p.path, clustered ? FN_PATH_HELD : FN_PATH_TWO_PASS);
+    int rc_tpr = 0;
+    const int rows_cl = !is_bwd && stream == FN_STREAM_COMMON && x_bytes == 2 && cc >= 9 && nv > 0 &&
+                                cols * x_bytes > FN_PLAN_STREAM_FWD_BYTES
+                            ? expect_rows_cluster(cols, &rc_tpr)
+                            : 0;
+    if (streamed) ASSERT_EQ_INT(p.path, rows_cl ? FN_PATH_ROWS_IN_REGISTERS : clustered ? FN_PATH_HELD : FN_PATH_TWO_PASS);
     const int64_t min_nv = x_bytes == 4 ? FN_PLAN_HELD_F32_MIN_VECTORS : FN_PLAN_HELD_MIN_VECTORS;
     const int held = (!is_bwd && stream != FN_STREAM_NONE && !streamed && nv >= min_nv &&
                       nv <= FN_PLAN_HELD_MAX_VECTORS) ||
-                     clustered;
+                     (clustered && !rows_cl);
     ASSERT_EQ_INT(p.path == FN_PATH_HELD, held);
     if (p.path == FN_PATH_HELD && clustered) {
         /* U = 8 (4 with the residual), the smallest power-of-two cluster
@@ -105,7 +130,14 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
         ASSERT_TRUE(p.tpr < 32 ? (p.tpr & (p.tpr - 1)) == 0 : p.tpr % 32 == 0);
         ASSERT_EQ_INT(p.threads, p.rows_per_block * p.tpr);
         ASSERT_TRUE(p.threads >= 32 && p.threads <= 512 && p.threads % 32 == 0);
-        ASSERT_TRUE(p.cluster >= 1 && p.cluster <= (cc >= 9 ? (is_bwd && (p.ept == 32 || x_bytes == 4) ? 16 : 8) : 1));
+        ASSERT_TRUE(p.cluster >= 1 &&
+                    p.cluster <= (cc >= 9 ? (is_bwd && (p.ept == 32 || x_bytes == 4) ? 16 : 8) : 1));
+        if (rows_cl) {
+            ASSERT_EQ_INT(p.ept, 32);
+            ASSERT_EQ_INT(p.cluster, rows_cl);
+            ASSERT_EQ_INT(p.tpr, rc_tpr);
+            ASSERT_EQ_INT(p.rows_per_block, 1);
+        }
         ASSERT_TRUE(p.tpr * p.ept >= vec);
         if (is_bwd && p.ept == 32) ASSERT_TRUE(wide && vec == 8); /* the wide tile: only when launchable */
         ASSERT_TRUE(fn_plan_cluster_xchg_ok(p.cluster, p.rows_per_block, p.tpr, p.threads)); /* the exchange's */
@@ -164,7 +196,8 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof streamed / sizeof streamed[0]; i++) {
         for (int cc = streamed[i].stream == FN_STREAM_NONE ? 9 : 8; cc <= 9; cc++) {
-            fn_plan_problem pb = {0, streamed[i].cols, streamed[i].x_bytes, 1, cc, 16, 0, 0, streamed[i].stream, 0, 0, 0, 0};
+            /* LayerNorm: the held rule (RMSNorm's rows past 64 KiB: below) */
+            fn_plan_problem pb = {0, streamed[i].cols, streamed[i].x_bytes, 1, cc, 16, 0, 0, streamed[i].stream, 0, 0, 1, 0};
             snprintf(th_context, sizeof th_context, "streams: cols %lld x_bytes %d stream %d sm_%d0",
                      (long long)streamed[i].cols, streamed[i].x_bytes, streamed[i].stream, cc);
             ASSERT_EQ_INT(fn_plan_streams(&pb), streamed[i].streams);
@@ -448,7 +481,7 @@ int main(void)
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).cluster, 2);
     /* LayerNorm's forward (the backend's max_cluster FN_FWD_LN_MAX_CLUSTER):
      * held over clusters of up to 8 CTAs, streamed past them */
-    fn_plan_problem ln_fwd = {0, 262144, 2, 1, 9, FN_FWD_LN_MAX_CLUSTER, 0, 0, FN_STREAM_COMMON, 0, 0, 0, 0};
+    fn_plan_problem ln_fwd = {0, 262144, 2, 1, 9, FN_FWD_LN_MAX_CLUSTER, 0, 0, FN_STREAM_COMMON, 0, 0, 1, 0};
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).path, FN_PATH_HELD);
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).cluster, 8);
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).threads, 512);
@@ -457,6 +490,42 @@ int main(void)
     ln_fwd.cols = 131072;
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).cluster, 8);
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).threads, 256);
+    /* RMSNorm's forward of the 16-bit common call past 64 KiB (step 90): the
+     * register tile over a cluster, for the shapes docs/perf.md measured, and
+     * not for LayerNorm, fp32, the residual call, w32 or sm_80 */
+    struct { int64_t cols; int cluster, tpr; } rows_cl[] = {
+        {32768, 0, 0},    {32776, 5, 224},  {40000, 5, 256},   {49152, 6, 256},  {65536, 8, 256},
+        {65544, 0, 0},    {73728, 0, 0},    {98304, 0, 0},     {100000, 0, 0},   {131072, 8, 512},
+        {131080, 0, 0},   {196608, 0, 0},   {262144, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof rows_cl / sizeof rows_cl[0]; i++) {
+        fn_plan_problem pb = {0, rows_cl[i].cols, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 0, 0, 0, 0};
+        snprintf(th_context, sizeof th_context, "rows cluster: cols %lld", (long long)rows_cl[i].cols);
+        ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), rows_cl[i].cols > 32768);
+        fn_plan p = fn_plan_make(&pb);
+        ASSERT_EQ_INT(p.path == FN_PATH_ROWS_IN_REGISTERS, rows_cl[i].cluster > 0);
+        if (rows_cl[i].cluster) {
+            ASSERT_EQ_INT(p.cluster, rows_cl[i].cluster);
+            ASSERT_EQ_INT(p.tpr, rows_cl[i].tpr);
+            ASSERT_EQ_INT(p.threads, rows_cl[i].tpr);
+            ASSERT_EQ_INT(p.ept, 32);
+            ASSERT_TRUE(fn_plan_cluster_xchg_ok(p.cluster, p.rows_per_block, p.tpr, p.threads));
+        }
+        fn_plan_problem other[5] = {pb, pb, pb, pb, pb};
+        other[0].is_ln = 1;
+        other[1].x_bytes = 4;
+        other[2].stream = FN_STREAM_RESIDUAL;
+        other[3].w32 = 1;
+        other[4].cc_major = 8;
+        for (int k = 0; k < 5; k++) {
+            ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&other[k]), 0);
+            p = fn_plan_make(&other[k]);
+            ASSERT_TRUE(p.path != FN_PATH_ROWS_IN_REGISTERS || p.cluster <= 8);
+        }
+        pb.max_cluster = 4; /* a device that launches no cluster of 8: held */
+        ASSERT_TRUE(fn_plan_make(&pb).path != FN_PATH_ROWS_IN_REGISTERS || pb.cols <= 32768);
+    }
+
     fn_plan_problem bwd_large = {1, 131072, 2, 1, 9, 16, 0, 0, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&bwd_large).path, FN_PATH_TWO_PASS);
     fn_plan_problem bwd_huge = {1, 262145, 2, 1, 9, 16, 1, 0, 0, 0, 0, 0, 0};

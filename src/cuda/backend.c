@@ -327,6 +327,14 @@ static void plan_override(const char *var, const fn_plan_problem *pb, fn_plan *p
  * after it, still wins. Read on every call. Not for production. */
 static void held_override(const fn_plan_problem *pb, fn_plan *pl)
 {
+    /* FUSEDNORM_FWD_ROWS_CLUSTER=0: RMSNorm's rows past 64 KiB held over a
+     * cluster as LayerNorm's are (the plan before step 90, for A/B). */
+    const char *r = getenv("FUSEDNORM_FWD_ROWS_CLUSTER");
+    if (r && strcmp(r, "0") == 0 && fn_plan_fwd_rows_cluster_call(pb)) {
+        fn_plan_problem held = *pb;
+        held.is_ln = 1; /* the planner's rule for LayerNorm: held */
+        *pl = fn_plan_make(&held);
+    }
     /* FUSEDNORM_FWD_HELD_CTA=T: the clustered held plan with CTAs of at most
      * T threads (0: those rows stream, as without clusters). */
     const char *t = getenv("FUSEDNORM_FWD_HELD_CTA");
@@ -554,7 +562,8 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     const int odd_call = !vec_ok && odd_phase(&a->x, x_bytes, fwd_acts, 3) && dt_w == (int)act &&
                          vector_vec_ok(a->weight.data) && vector_vec_ok(a->bias.data) && a->cols <= ((int64_t)1 << 30);
     fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, max_cluster, 0, shift_ok ? 256 : 0,
-                          streamable, w32, !odd_call ? FN_STREAM_NONE : has_res ? FN_STREAM_RESIDUAL : FN_STREAM_COMMON, 0, 0};
+                          streamable, w32, !odd_call ? FN_STREAM_NONE : has_res ? FN_STREAM_RESIDUAL : FN_STREAM_COMMON,
+                          a->norm == FUSEDNORM_LAYERNORM, 0};
     fn_plan pl = plan_for(&pb, "FUSEDNORM_PLAN_FWD", &p.tpr, &p.rows_per_block, &p.cluster);
     p.odd = pl.path == FN_PATH_HELD && !vec_ok;
     if (shift_ok && !p.odd) {
