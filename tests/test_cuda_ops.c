@@ -7,7 +7,7 @@
  * lab's plan knobs on misaligned rows.
  * Exits 77 (ctest: skipped) when the build has no CUDA or no device is usable.
  */
-#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv (test_plan_knob) */
+#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv (the knob tests) */
 #include "opsuite.h"
 
 #include "internal.h"
@@ -132,6 +132,31 @@ static void test_odd_grid(void)
     cudaFree(dx);
     cudaFree(w);
     cudaFree(dw);
+}
+
+/* RMSNorm's 16-bit forward past 64 KiB in the register tile over a cluster
+ * (step 90: 40000 in 5 x 256, 65536 in 8 x 256, 131072 in 8 x 512), the row
+ * sums met by the cluster exchange, against the CPU backend: the plain call
+ * (the PLAIN variants, with and without a bias), weight_offset, and no
+ * weight (the general kernel), on 9 rows; the plain call again on 300 rows,
+ * more than the resident clusters (33 and 16 on the H200), so that each
+ * cluster walks several rows and the exchange's buffers and mbarrier phases
+ * turn over (a wrong parity hangs or reads a stale sum). device.sh's check
+ * with FUSEDNORM_GRID_CAP=2 walks them too (the cap is read once a process). */
+static void test_fwd_rows_cluster(void)
+{
+    static const int64_t cols[] = {40000, 65536, 131072};
+    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
+        for (int f = 0; f < 5; f++) {
+            th_case c = th_case_default(FUSEDNORM_RMSNORM, f == 4 ? 300 : 9, cols[i],
+                                        (i + f) % 2 ? FUSEDNORM_BF16 : FUSEDNORM_F16);
+            c.bias_on = f == 1;
+            c.weight_offset = f == 2 ? 1.0f : 0.0f;
+            c.weight_on = f != 3;
+            c.store_rstd = 1;
+            c.skip_bwd = 1;
+            gpu_vs_cpu(&c, "forward over a cluster: gpu vs cpu");
+        }
 }
 
 /* dweight/dbias bitwise equal across runs without ATOMIC_DWEIGHT. */
@@ -576,6 +601,7 @@ int main(void)
     test_gpu_vs_cpu();
     test_odd_calls();
     test_odd_grid();
+    test_fwd_rows_cluster();
     test_determinism();
     test_unsupported_mix();
     test_graph_capture();
