@@ -13,8 +13,8 @@
  *    VEC-wide (16-byte) accesses when alignment allows, else one element at a
  *    time. Several rows per CTA when rows are short. Covers N up to
  *    cluster * tpr * EPT (262144 on sm_90); over a cluster (one row a CTA)
- *    its 16-bit vector instances meet by the cluster exchange, the others
- *    at a cluster barrier. RMSNorm's 16-bit rows past 64 KiB take it (the
+ *    its 16-bit vector instances and its PLAIN fp32 ones meet by the
+ *    cluster exchange, the others at a cluster barrier. RMSNorm's 16-bit rows past 64 KiB take it (the
  *    planner's rule, plan.h). Its SHIFT variant takes 16-bit
  *    rows that start off a 16-byte boundary (odd N, odd pitches), realigned
  *    in shared memory (common.cuh), up to FN_PLAN_SHIFT_MAX_COLS.
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
      * rule, checked by the launcher). */
     static_assert(TPR == 0 || PLAIN, "TPR: PLAIN variants only");
     constexpr int K = EPT / VEC;
-    static_assert(!PLAIN || (VEC > 1 && sizeof(TX) == 2), "PLAIN: staged 16-bit rows only");
+    static_assert(!PLAIN || VEC > 1, "PLAIN: staged vector rows only");
     /* PLAIN (1, or 2 with a bias) is the launcher's promise for the common call
      * (fwd_is_plain): x is staged, the weight (and bias) is in the cache, no
      * residual, y of dtype TX; with EXACT the row fills the tile exactly
@@ -151,13 +151,14 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
         #pragma unroll
         for (int st = 0; st < STAGES - 1; st++) issue(first + st * stride, st);
     /* Over a cluster (one row a CTA of whole warps: fn_plan_cluster_xchg_ok),
-     * the row sums of the 16-bit vector tiles meet by the exchange
+     * the row sums of the 16-bit vector tiles and of the PLAIN fp32 tiles
+     * (which only clusters launch, see launch_rows) meet by the exchange
      * (common.cuh): a cluster barrier per reduction waits for the last row's
-     * y stores (step 90). The others (fp32, the scalar and SHIFT tiles,
-     * which the planner gives no cluster but for fp32's unusual calls)
-     * keep the barrier: the exchange compiled in cost them registers (fp32
-     * EPT 16: 60 -> 102) or spills (SHIFT EPT 32: 116 bytes). */
-    constexpr bool XCHG = sizeof(TX) == 2 && VEC > 1 && !SHIFT;
+     * y stores (step 90). The others (the general fp32 kernel, the scalar
+     * and SHIFT tiles, which the planner gives no cluster but for unusual
+     * calls) keep the barrier: the exchange compiled in cost them registers
+     * (general fp32 EPT 16: 60 -> 102) or spills (SHIFT EPT 32: 116 bytes). */
+    constexpr bool XCHG = (sizeof(TX) == 2 || PLAIN) && VEC > 1 && !SHIFT;
     if constexpr (XCHG) cluster_xchg_init(sm, C);
     if (wcache) {
         if (has_w) fill_column_cache<VEC>(wc, p.w, p.dt_w, p.w_off, slice, tpr, tpr * EPT, N);
@@ -233,7 +234,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                                        h[k]);
         }
 
-        float mean = 0.0f;
+        float mean = 0.0f, q[1] = {0.0f};
         if (p.is_ln) {
             float s[1] = {0.0f};
             #pragma unroll
@@ -251,7 +252,6 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                     if (ok[k]) clip(k, h[k]);
             }
         }
-        float q[1] = {0.0f};
         #pragma unroll
         for (int k = 0; k < K; k++)
             if (ok[k])
@@ -777,7 +777,7 @@ static cudaError_t launch_plain(const fn_fwd_params &q, int grid, int threads, s
                                threads, smem, q.cluster, stream, active);
     };
     auto run_time_tpr = [&] { return launch(std::integral_constant<int, 0>{}); };
-    if constexpr (EPT == 32)
+    if constexpr (EPT == 32 && sizeof(TX) == 2) /* fp32 (over a cluster): the run-time tpr */
         if (threads == static_tpr_threads(q.tpr))
             return with_static_tpr<8, 32, 64, 128, 256, 512>(q.tpr, launch, run_time_tpr);
     return run_time_tpr();
@@ -850,17 +850,28 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
      * enough bytes in flight, and staging them cost the forward 92% -> 78% of
      * copy bandwidth at N=4096 (docs/perf.md). */
     fn_fwd_params q = p;
+    /* Over a cluster fp32 is staged and cached as well: there the next row's
+     * loads must be in flight while this row's sums cross the cluster, and
+     * its PLAIN tiles meet by the exchange (fp32 RMSNorm 32768 in the
+     * unstaged tile under the cluster barrier: 83.5 -> 74.3% of copy against
+     * the held kernel, docs/perf.md step 90; step 91 for this form). PLAIN
+     * fp32 tiles are compiled for EPT 16 and 32 only (the planner's); an
+     * fp32 call that is not PLAIN (no weight, a residual) keeps the general
+     * kernel, unstaged, at the cluster barrier. */
+    constexpr bool F32_PLAIN_OK = sizeof(TX) == 4 && VEC > 1 && EPT >= 16;
+    const bool staged_dtype = sizeof(TX) == 2 || (F32_PLAIN_OK && p.cluster > 1 && p.w && !p.res && !p.res_out &&
+                                                  p.dt_y == p.dt_x);
     /* smem_max: devices with less shared memory per block (99 KiB opt-in on
      * sm_86/sm_89, which run the sm_80 code) load straight into registers
      * rather than fail the launch. */
-    q.pipe = sizeof(TX) == 2 && smem > 0 && smem <= FN_MAX_STAGE_BYTES && smem <= (size_t)p.smem_max;
+    q.pipe = staged_dtype && smem > 0 && smem <= FN_MAX_STAGE_BYTES && smem <= (size_t)p.smem_max;
     if (!q.pipe) smem = 0;
     /* The weight (and bias) cache after the stages: the CTA's tpr*EPT columns in fp32. */
     const size_t cache_bytes = (size_t)((p.w != nullptr) + (p.b != nullptr)) * p.tpr * EPT * sizeof(float);
-    q.wcache = sizeof(TX) == 2 && cache_bytes > 0 && smem + cache_bytes <= (size_t)p.smem_max;
+    q.wcache = staged_dtype && cache_bytes > 0 && smem + cache_bytes <= (size_t)p.smem_max;
     q.wcache_off = (int)smem;
     if (q.wcache) smem += cache_bytes;
-    if constexpr (VEC > 1 && sizeof(TX) == 2) {
+    if constexpr (VEC > 1 && (sizeof(TX) == 2 || F32_PLAIN_OK)) {
         switch (fwd_is_plain(q)) {
         case 1: return launch_plain<TX, VEC, EPT, 1>(q, grid, threads, smem, stream, active);
         case 2: return launch_plain<TX, VEC, EPT, 2>(q, grid, threads, smem, stream, active);
