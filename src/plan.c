@@ -119,7 +119,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     /* RMSNorm's 16-bit common call past 64 KiB: the 32-element register
      * tile over a cluster, whose row sums meet by the exchange (plan.h,
      * FN_PLAN_FWD_ROWS_CLUSTER_*); LayerNorm and the rest are held. */
-    if (fn_plan_fwd_rows_cluster_call(pb) && fn_plan_use_fwd_rows_cluster(&best, pb->cols, pb->max_cluster))
+    if (fn_plan_fwd_rows_cluster_call(pb) && fn_plan_use_fwd_rows_cluster(&best, pb->cols, pb->x_bytes, pb->max_cluster))
         return best;
     if (pb->vec_ok && pb->cc_major >= 9 && fn_plan_streams(pb) &&
         (pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_BYTES ||
@@ -292,7 +292,7 @@ int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u)
 static int bwd_odd_plan(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int max_cluster, int wide, int is_ln)
 {
     const int vec = 16 / x_bytes;
-    const fn_plan_problem pb = {1, cols / vec * vec, x_bytes, 1, cc_major, max_cluster, wide, 0, 0, 0, 0, is_ln, 0};
+    const fn_plan_problem pb = {1, cols / vec * vec, x_bytes, 1, cc_major, max_cluster, wide, 0, 0, 0, 0, is_ln, 0, 0};
     fn_plan o = fn_plan_make(&pb);
     /* a lane for each head and tail element (at most 2 * (vec - 1) = 14) */
     _Static_assert(FN_PLAN_BWD_ODD_MIN_TPR >= 2 * (16 / 2 - 1), "the ODD tile's edge lanes");
@@ -343,13 +343,15 @@ int fn_plan_use_held_cluster(fn_plan *pl, int64_t cols, int x_bytes, int u, int 
 
 int fn_plan_fwd_rows_cluster_call(const fn_plan_problem *pb)
 {
-    return !pb->is_bwd && !pb->is_ln && pb->vec_ok && pb->x_bytes == 2 && pb->cc_major >= 9 &&
+    /* fp32 needs the weight: its tile over a cluster is staged and meets by
+     * the exchange only in the PLAIN kernels (norm_fwd.cu, launch_rows) */
+    return !pb->is_bwd && !pb->is_ln && pb->vec_ok && (pb->x_bytes == 2 || !pb->no_weight) && pb->cc_major >= 9 &&
            pb->stream == FN_STREAM_COMMON && !pb->w32 && pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_BYTES;
 }
 
-int fn_plan_use_fwd_rows_cluster(fn_plan *pl, int64_t cols, int max_cluster)
+int fn_plan_use_fwd_rows_cluster(fn_plan *pl, int64_t cols, int x_bytes, int max_cluster)
 {
-    const int ept = 32, vec = 8, cl = FN_PLAN_FWD_ROWS_CLUSTER;
+    const int vec = 16 / x_bytes, ept = x_bytes == 2 ? 32 : 16, cl = FN_PLAN_FWD_ROWS_CLUSTER;
     const int64_t small = (int64_t)FN_PLAN_FWD_ROWS_CLUSTER_SMALL_CTA * ept;
     int64_t c = (cols + small - 1) / small, tpr;
     if (cols % vec || cl > max_cluster) return 0;

@@ -58,6 +58,8 @@ typedef struct fn_plan_problem {
                            * 64 KiB stay held (fn_plan_fwd_rows_cluster_call) */
     int64_t rows;         /* backward: the row count (0: not known). Small problems (FN_PLAN_SMALL_BWD_*)
                            * take at most 8 elements a thread, spread over more threads and CTAs */
+    int no_weight;        /* forward: the call has no weight (its fp32 rows past 64 KiB stay held:
+                           * fn_plan_fwd_rows_cluster_call) */
 } fn_plan_problem;
 
 /* The backward of a small problem (rows * cols up to FN_PLAN_SMALL_BWD_ELEMENTS,
@@ -220,8 +222,8 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
 #define FN_PLAN_F32_BWD_RESIDENT_MAX_COLS 12288
 
 /* RMSNorm's forward of the common call (fn_plan_fwd_rows_cluster_call:
- * 16-bit x, y, weight and bias of one dtype, 16-byte vectors, no residual,
- * sm_90) on rows past 64 KiB takes the 32-element register tile over a
+ * x, y, weight and bias of one dtype, 16-byte vectors, no residual, sm_90;
+ * fp32 only with a weight) on rows past 64 KiB takes the register tile over a
  * cluster (fn_plan_use_fwd_rows_cluster): the fewest CTAs of up to
  * FN_PLAN_FWD_ROWS_CLUSTER_SMALL_CTA threads where at most
  * FN_PLAN_FWD_ROWS_CLUSTER of them hold the row (to 65536 columns), each the
@@ -244,13 +246,21 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  * (65536 72.2 -> 67.1, two exchanges a row against the held kernel's one
  * merge), and so did fp32 (unstaged: 32768 83.5 -> 74.3) and the residual
  * call (unstaged past FN_MAX_STAGE_BYTES: bf16 65536 83.2 -> 47.9): those
- * stay held. */
+ * stay held. fp32 with a weight (step 91): the 16-element tile, staged and
+ * met by the exchange in its PLAIN kernels (norm_fwd.cu), held -> tile
+ * (session 21): 20000 72.0 -> 90.8 (5 x 256), 24576 75.2 -> 93.8 (6 x 256),
+ * 32768 83.4 -> 93.5 (8 x 256), 65536 82.0 -> 92.6 (8 x 512). Measured by
+ * the knob, not yet in the rule (not checked on the GPU): 49152 73.8 -> 94.9
+ * (8 x 384), 131072 76.1 -> 85.8 (16 x 512). Without a weight, fp32 stays
+ * held (its general kernel is unstaged). */
 #define FN_PLAN_FWD_ROWS_CLUSTER_SMALL_CTA 256
 #define FN_PLAN_FWD_ROWS_CLUSTER 8
 int fn_plan_fwd_rows_cluster_call(const fn_plan_problem *pb);
-/* Turns pl into that plan for a row of cols 16-bit columns: 0 when no
- * cluster of at most max_cluster CTAs (and the limits above) holds it. */
-int fn_plan_use_fwd_rows_cluster(fn_plan *pl, int64_t cols, int max_cluster);
+/* Turns pl into that plan for a row of cols columns of x_bytes each (the
+ * 32-element tile for 16-bit rows, the 16-element one for fp32: the same
+ * bytes a thread): 0 when no cluster of at most max_cluster CTAs (and the
+ * limits above) holds it. */
+int fn_plan_use_fwd_rows_cluster(fn_plan *pl, int64_t cols, int x_bytes, int max_cluster);
 
 /* Turns pl into the clustered held plan (see above) with u vectors per
  * thread and CTAs of at most cta_threads threads (a multiple of 32, <= 512):

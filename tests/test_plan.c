@@ -44,20 +44,21 @@ static int expect_cluster(int64_t nv, int u, int *cta)
     return 0;
 }
 
-/* RMSNorm's forward of the 16-bit common call past 64 KiB on sm_90 (plan.h,
- * FN_PLAN_FWD_ROWS_CLUSTER_*): the 32-element register tile over the fewest
- * CTAs of 256 threads (at most 8), each the fewest whole warps that cover its
- * slice, else over 8 CTAs of 512 threads that the row fills exactly (131072
- * columns); returns the cluster (0: none) and the threads a row in *tpr. */
-static int expect_rows_cluster(int64_t cols, int *tpr)
+/* RMSNorm's forward of the common call past 64 KiB on sm_90 (plan.h,
+ * FN_PLAN_FWD_ROWS_CLUSTER_*): the register tile of ept elements a thread (32
+ * for 16-bit rows, 16 for fp32) over the fewest CTAs of 256 threads (at most
+ * 8), each the fewest whole warps that cover its slice, else over 8 CTAs of
+ * 512 threads that the row fills exactly (131072 16-bit columns, 65536 fp32);
+ * returns the cluster (0: none) and the threads a row in *tpr. */
+static int expect_rows_cluster(int64_t cols, int ept, int *tpr)
 {
     int c = 1;
-    while ((int64_t)c * 256 * 32 < cols) c++;
+    while ((int64_t)c * 256 * ept < cols) c++;
     if (c >= 2 && c <= 8) {
-        *tpr = (int)(((cols + 32 * c - 1) / (32 * c) + 31) / 32 * 32);
+        *tpr = (int)(((cols + (int64_t)ept * c - 1) / ((int64_t)ept * c) + 31) / 32 * 32);
         return c;
     }
-    if (cols == 8 * 512 * 32) {
+    if (cols == 8 * 512 * ept) {
         *tpr = 512;
         return 8;
     }
@@ -66,7 +67,7 @@ static int expect_rows_cluster(int64_t cols, int *tpr)
 
 static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc, int wide, int stream)
 {
-    fn_plan_problem pb = {is_bwd, cols, x_bytes, vec_ok, cc, 16, wide, 0, stream, 0, 0, 0, 0};
+    fn_plan_problem pb = {is_bwd, cols, x_bytes, vec_ok, cc, 16, wide, 0, stream, 0, 0, 0, 0, 0};
     fn_plan p = fn_plan_make(&pb);
     snprintf(th_context, sizeof th_context, "plan %s cols %lld x_bytes %d vec_ok %d sm_%d0 wide %d",
              is_bwd ? "bwd" : "fwd", (long long)cols, x_bytes, vec_ok, cc, wide);
@@ -86,9 +87,9 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
                           (cols * x_bytes > FN_PLAN_STREAM_FWD_BYTES ||
                            (stream == FN_STREAM_RESIDUAL && cols * x_bytes > FN_PLAN_STREAM_FWD_RES_BYTES));
     int rc_tpr = 0;
-    const int rows_cl = !is_bwd && stream == FN_STREAM_COMMON && x_bytes == 2 && cc >= 9 && nv > 0 &&
+    const int rows_cl = !is_bwd && stream == FN_STREAM_COMMON && cc >= 9 && nv > 0 &&
                                 cols * x_bytes > FN_PLAN_STREAM_FWD_BYTES
-                            ? expect_rows_cluster(cols, &rc_tpr)
+                            ? expect_rows_cluster(cols, x_bytes == 2 ? 32 : 16, &rc_tpr)
                             : 0;
     if (streamed) ASSERT_EQ_INT(p.path, rows_cl ? FN_PATH_ROWS_IN_REGISTERS : clustered ? FN_PATH_HELD : FN_PATH_TWO_PASS);
     const int64_t min_nv = x_bytes == 4 ? FN_PLAN_HELD_F32_MIN_VECTORS : FN_PLAN_HELD_MIN_VECTORS;
@@ -133,7 +134,7 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
         ASSERT_TRUE(p.cluster >= 1 &&
                     p.cluster <= (cc >= 9 ? (is_bwd && (p.ept == 32 || x_bytes == 4) ? 16 : 8) : 1));
         if (rows_cl) {
-            ASSERT_EQ_INT(p.ept, 32);
+            ASSERT_EQ_INT(p.ept, x_bytes == 2 ? 32 : 16);
             ASSERT_EQ_INT(p.cluster, rows_cl);
             ASSERT_EQ_INT(p.tpr, rc_tpr);
             ASSERT_EQ_INT(p.rows_per_block, 1);
@@ -197,7 +198,7 @@ int main(void)
     for (size_t i = 0; i < sizeof streamed / sizeof streamed[0]; i++) {
         for (int cc = streamed[i].stream == FN_STREAM_NONE ? 9 : 8; cc <= 9; cc++) {
             /* LayerNorm: the held rule (RMSNorm's rows past 64 KiB: below) */
-            fn_plan_problem pb = {0, streamed[i].cols, streamed[i].x_bytes, 1, cc, 16, 0, 0, streamed[i].stream, 0, 0, 1, 0};
+            fn_plan_problem pb = {0, streamed[i].cols, streamed[i].x_bytes, 1, cc, 16, 0, 0, streamed[i].stream, 0, 0, 1, 0, 0};
             snprintf(th_context, sizeof th_context, "streams: cols %lld x_bytes %d stream %d sm_%d0",
                      (long long)streamed[i].cols, streamed[i].x_bytes, streamed[i].stream, cc);
             ASSERT_EQ_INT(fn_plan_streams(&pb), streamed[i].streams);
@@ -227,7 +228,7 @@ int main(void)
         {16376, 2, R, 4, 512, 1}, {4096, 4, R, 4, 256, 1},   {8188, 4, R, 4, 512, 1},
     };
     for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) {
-        fn_plan_problem pb = {0, held[i].cols, held[i].x_bytes, 1, 9, 16, 0, 0, held[i].stream, 0, 0, 0, 0};
+        fn_plan_problem pb = {0, held[i].cols, held[i].x_bytes, 1, 9, 16, 0, 0, held[i].stream, 0, 0, 0, 0, 0};
         const fn_plan p = fn_plan_make(&pb);
         snprintf(th_context, sizeof th_context, "held: cols %lld x_bytes %d stream %d", (long long)held[i].cols,
                  held[i].x_bytes, held[i].stream);
@@ -244,7 +245,7 @@ int main(void)
     /* fp32 weights with 16-bit x (w32): held as the common call from 512
      * vectors, with the residual from 128; never streamed (past 64 KiB:
      * the clusters) */
-    fn_plan_problem w32 = {0, 4096, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 1, 0, 0, 0};
+    fn_plan_problem w32 = {0, 4096, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 1, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&w32).path, FN_PATH_HELD);
     ASSERT_EQ_INT(fn_plan_make(&w32).ept, 64);
     w32.cols = 4088;
@@ -265,7 +266,7 @@ int main(void)
     ASSERT_EQ_INT(fn_plan_streams(&w32), 0);
     ASSERT_EQ_INT(fn_plan_make(&w32).path, FN_PATH_ROWS_IN_REGISTERS);
     ASSERT_EQ_INT(fn_plan_make(&w32).cluster, 4);
-    fn_plan_problem short_row = {0, 256, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 0, 0, 0, 0};
+    fn_plan_problem short_row = {0, 256, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&short_row).path, FN_PATH_ROWS_IN_REGISTERS);
     /* Rows off a 16-byte boundary (odd_held; vec_ok 0, the SHIFT kernels' 1
      * where they could run): held with the shape of an aligned row of their
@@ -283,7 +284,7 @@ int main(void)
     for (size_t i = 0; i < sizeof odd_rows / sizeof odd_rows[0]; i++) {
         for (int cc = 8; cc <= 9; cc++) {
             fn_plan_problem pb = {0, odd_rows[i].cols, odd_rows[i].x_bytes, odd_rows[i].vec_ok, cc, 16, 0, odd_rows[i].vec_ok ? 256 : 0,
-                                  FN_STREAM_NONE, 0, odd_rows[i].call, 0, 0};
+                                  FN_STREAM_NONE, 0, odd_rows[i].call, 0, 0, 0};
             const fn_plan p = fn_plan_make(&pb);
             snprintf(th_context, sizeof th_context, "odd held: cols %lld x_bytes %d call %d sm_%d0",
                      (long long)odd_rows[i].cols, odd_rows[i].x_bytes, odd_rows[i].call, cc);
@@ -305,7 +306,7 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof odd_cl / sizeof odd_cl[0]; i++) {
         fn_plan_problem pb = {0, odd_cl[i].cols, odd_cl[i].x_bytes, 0, 9, odd_cl[i].max_cluster, 0, 0,
-                              FN_STREAM_NONE, 0, odd_cl[i].call, 0, 0};
+                              FN_STREAM_NONE, 0, odd_cl[i].call, 0, 0, 0};
         snprintf(th_context, sizeof th_context, "odd held over a cluster: cols %lld x_bytes %d call %d",
                  (long long)odd_cl[i].cols, odd_cl[i].x_bytes, odd_cl[i].call);
         fn_plan p = fn_plan_make(&pb);
@@ -326,7 +327,7 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof not_odd / sizeof not_odd[0]; i++) {
         fn_plan_problem pb = {0, not_odd[i].cols, not_odd[i].x_bytes, 0, 9, 16, 0, 0, FN_STREAM_NONE, 0,
-                              not_odd[i].call, 0, 0};
+                              not_odd[i].call, 0, 0, 0};
         snprintf(th_context, sizeof th_context, "odd, not held: cols %lld x_bytes %d call %d",
                  (long long)not_odd[i].cols, not_odd[i].x_bytes, not_odd[i].call);
         ASSERT_TRUE(fn_plan_make(&pb).path != FN_PATH_HELD);
@@ -424,7 +425,7 @@ int main(void)
     /* fp32 rows of 2049..4095 columns: 8 elements a thread for RMSNorm,
      * 16 for LayerNorm (no CTA of more than 256 threads at one vector each) */
     {
-        fn_plan_problem rms = {1, 2600, 4, 1, 9, 16, 0, 0, 0, 0, 0, 0, 0}, ln = rms;
+        fn_plan_problem rms = {1, 2600, 4, 1, 9, 16, 0, 0, 0, 0, 0, 0, 0, 0}, ln = rms;
         ln.is_ln = 1;
         const fn_plan pr = fn_plan_make(&rms), pln = fn_plan_make(&ln);
         ASSERT_TRUE(pr.ept == 8 && pr.tpr == 352);
@@ -443,7 +444,7 @@ int main(void)
         {1, 131072, 32, 512, 8}, {1, 262144, 32, 512, 16},
     };
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
-        fn_plan_problem pb = {pinned[i].is_bwd, pinned[i].cols, 2, 1, 9, 16, 1, 0, 0, 0, 0, 0, 0};
+        fn_plan_problem pb = {pinned[i].is_bwd, pinned[i].cols, 2, 1, 9, 16, 1, 0, 0, 0, 0, 0, 0, 0};
         fn_plan p = fn_plan_make(&pb);
         snprintf(th_context, sizeof th_context, "pinned %s cols %lld", pinned[i].is_bwd ? "bwd" : "fwd",
                  (long long)pinned[i].cols);
@@ -456,12 +457,12 @@ int main(void)
      * of 16), with 512 threads, and so does the backward past a cluster of 8
      * of the 16-element tile, or of 16 of the wide one (the backend makes it a
      * column split); a short row without vectors gets a small CTA. */
-    fn_plan_problem fwd_huge = {0, 262144, 2, 1, 9, 16, 0, 0, 0, 0, 0, 0, 0};
+    fn_plan_problem fwd_huge = {0, 262144, 2, 1, 9, 16, 0, 0, 0, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_huge).threads, 512);
     /* The streaming forward's calls off sm_90 (no clusters): two-pass with
      * 512 threads for rows past 64 KiB (bf16 65536, fp32 32768 and more). */
-    fn_plan_problem fwd_stream = {0, 65536, 2, 1, 8, 16, 0, 0, FN_STREAM_COMMON, 0, 0, 0, 0};
+    fn_plan_problem fwd_stream = {0, 65536, 2, 1, 8, 16, 0, 0, FN_STREAM_COMMON, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).threads, 512);
     fwd_stream.cols = 131072;
@@ -481,7 +482,7 @@ int main(void)
     ASSERT_EQ_INT(fn_plan_make(&fwd_stream).cluster, 2);
     /* LayerNorm's forward (the backend's max_cluster FN_FWD_LN_MAX_CLUSTER):
      * held over clusters of up to 8 CTAs, streamed past them */
-    fn_plan_problem ln_fwd = {0, 262144, 2, 1, 9, FN_FWD_LN_MAX_CLUSTER, 0, 0, FN_STREAM_COMMON, 0, 0, 1, 0};
+    fn_plan_problem ln_fwd = {0, 262144, 2, 1, 9, FN_FWD_LN_MAX_CLUSTER, 0, 0, FN_STREAM_COMMON, 0, 0, 1, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).path, FN_PATH_HELD);
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).cluster, 8);
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).threads, 512);
@@ -490,32 +491,37 @@ int main(void)
     ln_fwd.cols = 131072;
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).cluster, 8);
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).threads, 256);
-    /* RMSNorm's forward of the 16-bit common call past 64 KiB (step 90): the
+    /* RMSNorm's forward of the common call past 64 KiB (steps 90, 91): the
      * register tile over a cluster, for the shapes docs/perf.md measured, and
-     * not for LayerNorm, fp32, the residual call, w32 or sm_80 */
-    struct { int64_t cols; int cluster, tpr; } rows_cl[] = {
-        {32768, 0, 0},    {32776, 5, 224},  {40000, 5, 256},   {49152, 6, 256},  {65536, 8, 256},
-        {65544, 0, 0},    {73728, 0, 0},    {98304, 0, 0},     {100000, 0, 0},   {131072, 8, 512},
-        {131080, 0, 0},   {196608, 0, 0},   {262144, 0, 0},
+     * not for LayerNorm, the residual call, w32, sm_80 or (fp32) no weight */
+    struct { int64_t cols; int x_bytes, cluster, tpr; } rows_cl[] = {
+        {32768, 2, 0, 0},   {32776, 2, 5, 224}, {40000, 2, 5, 256}, {49152, 2, 6, 256},  {65536, 2, 8, 256},
+        {65544, 2, 0, 0},   {73728, 2, 0, 0},   {98304, 2, 0, 0},   {100000, 2, 0, 0},   {131072, 2, 8, 512},
+        {131080, 2, 0, 0},  {196608, 2, 0, 0},  {262144, 2, 0, 0},  {16384, 4, 0, 0},    {16388, 4, 5, 224},
+        {20000, 4, 5, 256}, {24576, 4, 6, 256}, {32768, 4, 8, 256}, {32772, 4, 0, 0},    {49152, 4, 0, 0},
+        {65536, 4, 8, 512}, {65540, 4, 0, 0},   {131072, 4, 0, 0},  {262144, 4, 0, 0},
     };
     for (size_t i = 0; i < sizeof rows_cl / sizeof rows_cl[0]; i++) {
-        fn_plan_problem pb = {0, rows_cl[i].cols, 2, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 0, 0, 0, 0};
-        snprintf(th_context, sizeof th_context, "rows cluster: cols %lld", (long long)rows_cl[i].cols);
-        ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), rows_cl[i].cols > 32768);
+        const int xb = rows_cl[i].x_bytes;
+        fn_plan_problem pb = {0, rows_cl[i].cols, xb, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 0, 0, 0, 0, 0};
+        snprintf(th_context, sizeof th_context, "rows cluster: cols %lld x_bytes %d", (long long)rows_cl[i].cols, xb);
+        ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), rows_cl[i].cols * xb > 65536);
         fn_plan p = fn_plan_make(&pb);
         ASSERT_EQ_INT(p.path == FN_PATH_ROWS_IN_REGISTERS, rows_cl[i].cluster > 0);
         if (rows_cl[i].cluster) {
             ASSERT_EQ_INT(p.cluster, rows_cl[i].cluster);
             ASSERT_EQ_INT(p.tpr, rows_cl[i].tpr);
             ASSERT_EQ_INT(p.threads, rows_cl[i].tpr);
-            ASSERT_EQ_INT(p.ept, 32);
+            ASSERT_EQ_INT(p.ept, xb == 2 ? 32 : 16);
+            ASSERT_EQ_INT(p.vec, 16 / xb);
             ASSERT_TRUE(fn_plan_cluster_xchg_ok(p.cluster, p.rows_per_block, p.tpr, p.threads));
         }
         fn_plan_problem other[5] = {pb, pb, pb, pb, pb};
         other[0].is_ln = 1;
-        other[1].x_bytes = 4;
+        other[1].no_weight = xb == 4; /* 16-bit rows without a weight keep the tile: w32 instead */
+        other[1].w32 = xb == 2;
         other[2].stream = FN_STREAM_RESIDUAL;
-        other[3].w32 = 1;
+        other[3].vec_ok = 0;
         other[4].cc_major = 8;
         for (int k = 0; k < 5; k++) {
             ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&other[k]), 0);
@@ -523,19 +529,22 @@ int main(void)
             ASSERT_TRUE(p.path != FN_PATH_ROWS_IN_REGISTERS || p.cluster <= 8);
         }
         pb.max_cluster = 4; /* a device that launches no cluster of 8: held */
-        ASSERT_TRUE(fn_plan_make(&pb).path != FN_PATH_ROWS_IN_REGISTERS || pb.cols <= 32768);
+        ASSERT_TRUE(fn_plan_make(&pb).path != FN_PATH_ROWS_IN_REGISTERS || pb.cols * xb <= 65536);
+        pb.max_cluster = 16;
+        pb.no_weight = 1; /* 16-bit rows keep the tile without a weight (its general kernel meets by the exchange) */
+        ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), xb == 2 && rows_cl[i].cols * xb > 65536);
     }
 
-    fn_plan_problem bwd_large = {1, 131072, 2, 1, 9, 16, 0, 0, 0, 0, 0, 0, 0};
+    fn_plan_problem bwd_large = {1, 131072, 2, 1, 9, 16, 0, 0, 0, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&bwd_large).path, FN_PATH_TWO_PASS);
-    fn_plan_problem bwd_huge = {1, 262145, 2, 1, 9, 16, 1, 0, 0, 0, 0, 0, 0};
+    fn_plan_problem bwd_huge = {1, 262145, 2, 1, 9, 16, 1, 0, 0, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&bwd_huge).path, FN_PATH_TWO_PASS);
-    fn_plan_problem odd = {1, 4097, 2, 0, 9, 16, 1, 0, 0, 0, 0, 0, 0};
+    fn_plan_problem odd = {1, 4097, 2, 0, 9, 16, 1, 0, 0, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&odd).path, FN_PATH_TWO_PASS);
     ASSERT_EQ_INT(fn_plan_make(&odd).threads, 160);
     /* The backend's fallbacks turn a register plan into the planner's own
      * two-pass plan, keeping its vector width. */
-    fn_plan_problem reg = {1, 4096, 2, 1, 9, 16, 1, 0, 0, 0, 0, 0, 0};
+    fn_plan_problem reg = {1, 4096, 2, 1, 9, 16, 1, 0, 0, 0, 0, 0, 0, 0};
     fn_plan fb = fn_plan_make(&reg);
     ASSERT_EQ_INT(fb.path, FN_PATH_ROWS_IN_REGISTERS);
     fn_plan_use_two_pass(&fb, 4096, 2);
@@ -574,7 +583,7 @@ int main(void)
     };
     for (int is_ln = 0; is_ln < 2; is_ln++)
         for (size_t i = 0; i < sizeof f32_bwd / sizeof f32_bwd[0]; i++) {
-            fn_plan_problem pb = {1, f32_bwd[i].cols, 4, 1, 9, 16, 0, 0, 0, 0, 0, is_ln, 0};
+            fn_plan_problem pb = {1, f32_bwd[i].cols, 4, 1, 9, 16, 0, 0, 0, 0, 0, is_ln, 0, 0};
             const fn_plan p = fn_plan_make(&pb);
             if (is_ln && f32_bwd[i].cols == 10304) { /* LayerNorm keeps 2 x 352 to 11264 */
                 ASSERT_EQ_INT(p.tpr, 352);
@@ -593,7 +602,7 @@ int main(void)
         }
     /* The forward's fp32 rows from 128 columns (32 vectors) are held: 256 at
      * U = 4 in 16 threads (step 70); bf16 rows of 256 (32 vectors) are not. */
-    fn_plan_problem f32_256 = {0, 256, 4, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 0, 0, 0, 0};
+    fn_plan_problem f32_256 = {0, 256, 4, 1, 9, 16, 0, 0, FN_STREAM_COMMON, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&f32_256).path, FN_PATH_HELD);
     ASSERT_EQ_INT(fn_plan_make(&f32_256).ept, 16);
     ASSERT_EQ_INT(fn_plan_make(&f32_256).tpr, 16);
@@ -601,7 +610,7 @@ int main(void)
     ASSERT_EQ_INT(fn_plan_make(&f32_256).path, FN_PATH_ROWS_IN_REGISTERS);
     /* The fp32 residual call keeps clusters of 8 (65536 in 8 x 512) and
      * takes 256-thread CTAs below them (16384 in 4 x 256). */
-    fn_plan_problem f32_res = {1, 65536, 4, 1, 9, 16, 0, 0, FN_STREAM_RESIDUAL, 0, 0, 0, 0};
+    fn_plan_problem f32_res = {1, 65536, 4, 1, 9, 16, 0, 0, FN_STREAM_RESIDUAL, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&f32_res).cluster, 8);
     ASSERT_EQ_INT(fn_plan_make(&f32_res).tpr, 512);
     f32_res.cols = 16384;
@@ -610,7 +619,7 @@ int main(void)
     /* The 16-bit RMSNorm + residual call keeps the 16-element tile over
      * clusters at 16384..65536 (steps 81 and 83); the wide tile below and past it,
      * and for LayerNorm, as without the residual. */
-    fn_plan_problem bf16_res = {1, 16384, 2, 1, 9, 16, 1, 0, FN_STREAM_RESIDUAL, 0, 0, 0, 0};
+    fn_plan_problem bf16_res = {1, 16384, 2, 1, 9, 16, 1, 0, FN_STREAM_RESIDUAL, 0, 0, 0, 0, 0};
     fn_plan_problem bf16_plain = bf16_res;
     bf16_plain.stream = FN_STREAM_NONE;
     ASSERT_EQ_INT(fn_plan_make(&bf16_res).ept, 16);
@@ -635,7 +644,7 @@ int main(void)
     /* Small problems (rows * cols <= 2^20; plan.h, FN_PLAN_SMALL_BWD_*): at
      * most 8 elements a thread, CTAs of 512 threads at no extra cost. */
     {
-        fn_plan_problem sm = {1, 16384, 2, 1, 9, 16, 1, 0, FN_STREAM_NONE, 0, 0, 0, 64};
+        fn_plan_problem sm = {1, 16384, 2, 1, 9, 16, 1, 0, FN_STREAM_NONE, 0, 0, 0, 64, 0};
         fn_plan q = fn_plan_make(&sm);
         ASSERT_TRUE(q.ept == 8 && q.tpr == 512 && q.cluster == 4);
         sm.rows = 0; /* not known: as before */
@@ -666,7 +675,7 @@ int main(void)
         sm.cols = 1024, sm.rows = 32768; /* the targets' M: as before */
         q = fn_plan_make(&sm);
         ASSERT_TRUE(q.ept == 16 && q.tpr == 64);
-        fn_plan_problem f = {1, 4096, 4, 1, 9, 16, 0, 0, FN_STREAM_NONE, 0, 0, 0, 256};
+        fn_plan_problem f = {1, 4096, 4, 1, 9, 16, 0, 0, FN_STREAM_NONE, 0, 0, 0, 256, 0};
         q = fn_plan_make(&f);
         ASSERT_TRUE(q.ept == 8 && q.tpr == 256 && q.cluster == 2);
         f.cols = 16384, f.rows = 64; /* fp32 past 4096 columns: not measured, as before */
@@ -676,11 +685,11 @@ int main(void)
         ASSERT_EQ_INT(fn_plan_make(&f).cluster, fn_plan_make(&f0).cluster);
     }
     /* A device without non-portable clusters (max 8): 65536 fp32 in 8 x 512. */
-    fn_plan_problem f32_c8 = {1, 65536, 4, 1, 9, 8, 0, 0, 0, 0, 0, 0, 0};
+    fn_plan_problem f32_c8 = {1, 65536, 4, 1, 9, 8, 0, 0, 0, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&f32_c8).cluster, 8);
     ASSERT_EQ_INT(fn_plan_make(&f32_c8).tpr, 512);
     /* Without the wide tile, 16384 takes a cluster of 2. */
-    fn_plan_problem narrow = {1, 16384, 2, 1, 9, 16, 0, 0, 0, 0, 0, 0, 0};
+    fn_plan_problem narrow = {1, 16384, 2, 1, 9, 16, 0, 0, 0, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&narrow).ept, 16);
     ASSERT_EQ_INT(fn_plan_make(&narrow).cluster, 2);
     /* The SHIFT kernels' plans (max_tpr 256): CTAs of at most 256 threads
@@ -688,18 +697,18 @@ int main(void)
     for (int is_bwd = 0; is_bwd < 2; is_bwd++) {
         const int64_t shift_cols[] = {7, 1001, 2047, 4097};
         for (size_t i = 0; i < sizeof shift_cols / sizeof shift_cols[0]; i++) {
-            fn_plan_problem sp = {is_bwd, shift_cols[i], 2, 1, 9, 16, 0, 256, 0, 0, 0, 0, 0};
+            fn_plan_problem sp = {is_bwd, shift_cols[i], 2, 1, 9, 16, 0, 256, 0, 0, 0, 0, 0, 0};
             const fn_plan pl = fn_plan_make(&sp);
             ASSERT_EQ_INT(pl.path, FN_PATH_ROWS_IN_REGISTERS);
             ASSERT_TRUE(pl.tpr <= 256 && pl.threads <= 256);
             ASSERT_TRUE((int64_t)pl.cluster * pl.tpr * pl.ept >= shift_cols[i]);
         }
     }
-    fn_plan_problem shift_4097 = {0, 4097, 2, 1, 9, 16, 0, 256, 0, 0, 0, 0, 0};
+    fn_plan_problem shift_4097 = {0, 4097, 2, 1, 9, 16, 0, 256, 0, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&shift_4097).ept, 32);
     ASSERT_EQ_INT(fn_plan_make(&shift_4097).tpr, 160);
     /* Without clusters (sm_80) the register path ends at one CTA's coverage. */
-    fn_plan_problem big = {1, 8193, 2, 1, 8, 1, 0, 0, 0, 0, 0, 0, 0};
+    fn_plan_problem big = {1, 8193, 2, 1, 8, 1, 0, 0, 0, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&big).path, FN_PATH_TWO_PASS);
     return th_finish();
 }
