@@ -134,8 +134,9 @@ static void test_odd_grid(void)
     cudaFree(dw);
 }
 
-/* RMSNorm's 16-bit forward past 64 KiB in the register tile over a cluster
- * (step 90: 40000 in 5 x 256, 65536 in 8 x 256, 131072 in 8 x 512), the row
+/* RMSNorm's forward past 64 KiB in the register tile over a cluster (step
+ * 90, 16-bit: 40000 in 5 x 256, 65536 in 8 x 256, 131072 in 8 x 512; step
+ * 91, fp32: 20000 in 5 x 256, 32768 in 8 x 256, 65536 in 8 x 512), the row
  * sums met by the cluster exchange, against the CPU backend: the plain call
  * (the PLAIN variants, with and without a bias), weight_offset, and no
  * weight (the general kernel), on 9 rows; the plain call again on 300 rows,
@@ -145,11 +146,14 @@ static void test_odd_grid(void)
  * with FUSEDNORM_GRID_CAP=2 walks them too (the cap is read once a process). */
 static void test_fwd_rows_cluster(void)
 {
-    static const int64_t cols[] = {40000, 65536, 131072};
+    /* 16-bit: 5 x 256 (inexact), 8 x 256, 8 x 512; fp32 (step 91): 5 x 256
+     * (inexact), 8 x 256, 8 x 512, and without a weight the general kernel
+     * at the cluster barrier */
+    static const int64_t cols[] = {40000, 65536, 131072, 20000, 32768, 65536};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
         for (int f = 0; f < 5; f++) {
             th_case c = th_case_default(FUSEDNORM_RMSNORM, f == 4 ? 300 : 9, cols[i],
-                                        (i + f) % 2 ? FUSEDNORM_BF16 : FUSEDNORM_F16);
+                                        i >= 3 ? FUSEDNORM_F32 : (i + f) % 2 ? FUSEDNORM_BF16 : FUSEDNORM_F16);
             c.bias_on = f == 1;
             c.weight_offset = f == 2 ? 1.0f : 0.0f;
             c.weight_on = f != 3;
@@ -158,6 +162,36 @@ static void test_fwd_rows_cluster(void)
             gpu_vs_cpu(&c, "forward over a cluster: gpu vs cpu");
         }
 }
+
+#if FUSEDNORM_WITH_CUDA
+/* LayerNorm's forward in the register tile over a cluster, which the
+ * planner gives no LayerNorm call past 64 KiB but the lab knob (read on every
+ * call) reaches: the two reductions a row by the exchange (mean, then the
+ * centred squares). Exact tiles (8 x 256 at the compiled tpr 256, 8 x 512,
+ * fp32 8 x 256), inexact ones (5 x 256) and a cluster of 2; with a bias,
+ * without one, without a weight, mean and rstd stored, the outlier rows, and
+ * 300 rows walking the grid. */
+static void test_fwd_ln_cluster(void)
+{
+    static const struct { int64_t cols; fusednorm_dtype dt; const char *plan; } cases[] = {
+        {65536, FUSEDNORM_BF16, "32,256,8"}, {131072, FUSEDNORM_F16, "32,512,8"}, {40000, FUSEDNORM_BF16, "32,256,5"},
+        {16384, FUSEDNORM_BF16, "32,256,2"}, {32768, FUSEDNORM_F32, "16,256,8"},  {20000, FUSEDNORM_F32, "16,256,5"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setenv("FUSEDNORM_PLAN_FWD", cases[i].plan, 1);
+        for (int f = 0; f < 5; f++) {
+            th_case c = th_case_default(FUSEDNORM_LAYERNORM, f == 4 ? 300 : 9, cases[i].cols, cases[i].dt);
+            c.bias_on = f != 1;
+            c.weight_on = f != 2;
+            c.outliers = f == 3 && cases[i].dt != FUSEDNORM_F16;
+            c.store_rstd = c.store_mean = 1;
+            c.skip_bwd = 1;
+            gpu_vs_cpu(&c, "layernorm forward over a cluster: gpu vs cpu");
+        }
+    }
+    unsetenv("FUSEDNORM_PLAN_FWD");
+}
+#endif
 
 /* dweight/dbias bitwise equal across runs without ATOMIC_DWEIGHT. */
 static void test_determinism(void)
@@ -602,6 +636,7 @@ int main(void)
     test_odd_calls();
     test_odd_grid();
     test_fwd_rows_cluster();
+    test_fwd_ln_cluster();
     test_determinism();
     test_unsupported_mix();
     test_graph_capture();
