@@ -14,8 +14,9 @@
  *    time. Several rows per CTA when rows are short. Covers N up to
  *    cluster * tpr * EPT (262144 on sm_90); over a cluster (one row a CTA)
  *    its 16-bit vector instances and its PLAIN fp32 ones meet by the
- *    cluster exchange, the others at a cluster barrier. RMSNorm's 16-bit rows past 64 KiB take it (the
- *    planner's rule, plan.h). Its SHIFT variant takes 16-bit
+ *    cluster exchange, the others at a cluster barrier. RMSNorm's rows
+ *    past 64 KiB take it (16-bit, and fp32 with a weight: the planner's
+ *    rule, plan.h). Its SHIFT variant takes 16-bit
  *    rows that start off a 16-byte boundary (odd N, odd pitches), realigned
  *    in shared memory (common.cuh), up to FN_PLAN_SHIFT_MAX_COLS.
  *  - norm_fwd_held: rows of the streaming kernel's calls (x, y, weight,
@@ -234,7 +235,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                                        h[k]);
         }
 
-        float mean = 0.0f, q[1] = {0.0f};
+        float mean = 0.0f;
         if (p.is_ln) {
             float s[1] = {0.0f};
             #pragma unroll
@@ -252,6 +253,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                     if (ok[k]) clip(k, h[k]);
             }
         }
+        float q[1] = {0.0f};
         #pragma unroll
         for (int k = 0; k < K; k++)
             if (ok[k])
@@ -755,9 +757,12 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
  * a call; 1: without bias; 2: with a bias (LayerNorm's usual case: a variant
  * of its own, since a run-time bias test kept the general kernel's registers).
  * The backend's occupancy cache keys on the same features (occ_variant). */
+/* The common call: a weight, no residual, y of x's dtype. */
+static bool fwd_plain_call(const fn_fwd_params &q) { return q.w && !q.res && !q.res_out && q.dt_y == q.dt_x; }
+
 static int fwd_is_plain(const fn_fwd_params &q)
 {
-    if (!(q.pipe && q.wcache && q.w && !q.res && !q.res_out && q.dt_y == q.dt_x)) return 0;
+    if (!(q.pipe && q.wcache && fwd_plain_call(q))) return 0;
     return q.b ? 2 : 1;
 }
 
@@ -859,8 +864,7 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
      * fp32 call that is not PLAIN (no weight, a residual) keeps the general
      * kernel, unstaged, at the cluster barrier. */
     constexpr bool F32_PLAIN_OK = sizeof(TX) == 4 && VEC > 1 && EPT >= 16;
-    const bool staged_dtype = sizeof(TX) == 2 || (F32_PLAIN_OK && p.cluster > 1 && p.w && !p.res && !p.res_out &&
-                                                  p.dt_y == p.dt_x);
+    const bool staged_dtype = sizeof(TX) == 2 || (F32_PLAIN_OK && p.cluster > 1 && fwd_plain_call(p));
     /* smem_max: devices with less shared memory per block (99 KiB opt-in on
      * sm_86/sm_89, which run the sm_80 code) load straight into registers
      * rather than fail the launch. */
