@@ -119,7 +119,8 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
     /* RMSNorm's common call past 64 KiB (16-bit, or fp32 with a weight):
      * the register tile over a cluster, whose row sums meet by the exchange
      * (plan.h, FN_PLAN_FWD_ROWS_CLUSTER_*); LayerNorm and the rest are held. */
-    if (fn_plan_fwd_rows_cluster_call(pb) && fn_plan_use_fwd_rows_cluster(&best, pb->cols, pb->x_bytes, pb->max_cluster))
+    if (fn_plan_fwd_rows_cluster_call(pb) &&
+        fn_plan_use_fwd_rows_cluster(&best, pb->cols, pb->x_bytes, pb->max_cluster, pb->stream == FN_STREAM_RESIDUAL))
         return best;
     if (pb->vec_ok && pb->cc_major >= 9 && fn_plan_streams(pb) &&
         (pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_BYTES ||
@@ -344,22 +345,43 @@ int fn_plan_use_held_cluster(fn_plan *pl, int64_t cols, int x_bytes, int u, int 
 int fn_plan_fwd_rows_cluster_call(const fn_plan_problem *pb)
 {
     /* fp32 needs the weight: its tile over a cluster is staged and meets by
-     * the exchange only in the PLAIN kernels (norm_fwd.cu, launch_rows) */
+     * the exchange only in the PLAIN kernels (norm_fwd.cu, launch_rows). The
+     * residual call (16-bit only: fp32's general kernel is unstaged) from
+     * FN_PLAN_STREAM_FWD_RES_BYTES, where it streams or is held. */
+    const int64_t bytes = pb->cols * pb->x_bytes;
+    const int rows = (pb->stream == FN_STREAM_COMMON && bytes > FN_PLAN_STREAM_FWD_BYTES) ||
+                     (pb->stream == FN_STREAM_RESIDUAL && pb->x_bytes == 2 && bytes >= FN_PLAN_STREAM_FWD_RES_BYTES);
     return !pb->is_bwd && !pb->is_ln && pb->vec_ok && (pb->x_bytes == 2 || !pb->no_weight) && pb->cc_major >= 9 &&
-           pb->stream == FN_STREAM_COMMON && !pb->w32 && pb->cols * pb->x_bytes > FN_PLAN_STREAM_FWD_BYTES;
+           !pb->w32 && rows;
 }
 
-int fn_plan_use_fwd_rows_cluster(fn_plan *pl, int64_t cols, int x_bytes, int max_cluster)
+static int is_f32_wide_cluster(int64_t c) { return c == 3 || c == 4 || c == 8 || c == 16; }
+
+int fn_plan_use_fwd_rows_cluster(fn_plan *pl, int64_t cols, int x_bytes, int max_cluster, int residual)
 {
-    const int vec = 16 / x_bytes, ept = x_bytes == 2 ? 32 : 16, cl = FN_PLAN_FWD_ROWS_CLUSTER;
+    const int vec = 16 / x_bytes, cl = FN_PLAN_FWD_ROWS_CLUSTER;
+    int ept = x_bytes == 2 ? 32 : 16;
     const int64_t small = (int64_t)FN_PLAN_FWD_ROWS_CLUSTER_SMALL_CTA * ept;
     int64_t c = (cols + small - 1) / small, tpr;
     if (cols % vec || cl > max_cluster) return 0;
-    if (c >= 2 && c <= cl) { /* the fewest CTAs of up to 256 threads, the fewest whole warps each */
+    const int64_t wide = (int64_t)FN_PLAN_FWD_ROWS_CLUSTER_SMALL_CTA * 32; /* fp32 at 32 elements a thread */
+    if (x_bytes == 4 && cols % wide == 0 && is_f32_wide_cluster(cols / wide) && cols / wide <= max_cluster) {
+        ept = 32; /* 24576, 32768, 65536, 131072: 3, 4, 8, 16 x 256 */
+        c = cols / wide;
+        tpr = FN_PLAN_FWD_ROWS_CLUSTER_SMALL_CTA;
+    } else if (c >= 2 && c <= cl) { /* the fewest CTAs of up to 256 threads, the fewest whole warps each */
         tpr = ((cols + c * ept - 1) / (c * ept) + 31) / 32 * 32;
-    } else if (cols == (int64_t)cl * 512 * ept) { /* 8 x 512, the row filling them exactly */
+    } else if (residual) { /* two staged inputs: no 512-thread CTA (its stages pass FN_MAX_STAGE_BYTES) */
+        return 0;
+    } else if (x_bytes == 2 && cols == (int64_t)cl * 512 * ept) { /* 16-bit 131072: 8 x 512, filled exactly */
         c = cl;
         tpr = 512;
+    } else if (x_bytes == 4 && cols == (int64_t)cl * 384 * ept) { /* fp32 49152: 8 x 384 */
+        c = cl;
+        tpr = 384;
+    } else if (x_bytes == 4 && max_cluster >= 16 && cols == (int64_t)16 * 384 * ept) { /* fp32 98304: 16 x 384 */
+        c = 16;
+        tpr = 384;
     } else {
         return 0;
     }

@@ -240,27 +240,40 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  * (196608 69.2 -> 62.1 in 12 x 512, 67.3 in 16 x 384; 163840 76.5 -> 61.7
  * in 16 x 320; 262144 75.7 -> 76.4 in 16 x 512), and the inexact rows past
  * 65536, which measured mixed (65544 63.5 -> 77.1 in 8 x 288, 64.2 in 5 x
- * 416; 100000 74.5 -> 67.9 in 8 x 416, 67.6 in 7 x 448), and the exact
- * tiles of fewer than 512 threads, whose results the GPU did not check
- * (98304 72.7 -> 74.6 in 8 x 384, 75.6 in 6 x 512). LayerNorm lost
+ * 416; 100000 74.5 -> 67.9 in 8 x 416, 67.6 in 7 x 448), and the 16-bit exact
+ * tiles of fewer than 512 threads past 65536 (98304 72.7 -> 74.6 in 8 x 384,
+ * 75.6 in 6 x 512; 67.7 in 16 x 384 at 16 elements). LayerNorm lost
  * (65536 72.2 -> 67.1, two exchanges a row against the held kernel's one
- * merge), and so did fp32 (unstaged: 32768 83.5 -> 74.3) and the residual
- * call (unstaged past FN_MAX_STAGE_BYTES: bf16 65536 83.2 -> 47.9): those
- * stay held. fp32 with a weight (step 91): the 16-element tile, staged and
- * met by the exchange in its PLAIN kernels (norm_fwd.cu), held -> tile
- * (session 21): 20000 72.0 -> 90.8 (5 x 256), 24576 75.2 -> 93.8 (6 x 256),
- * 32768 83.4 -> 93.5 (8 x 256), 65536 82.0 -> 92.6 (8 x 512). Measured by
- * the knob, not yet in the rule (not checked on the GPU): 49152 73.8 -> 94.9
- * (8 x 384), 131072 76.1 -> 85.8 (16 x 512). Without a weight, fp32 stays
- * held (its general kernel is unstaged). */
+ * merge; step 92's one merged exchange: 56.8) and stays held.
+ *
+ * fp32 with a weight (steps 91, 93): staged and met by the exchange in its
+ * PLAIN kernels (norm_fwd.cu). Rows that fill 3, 4, 8 or 16 CTAs of 256
+ * threads at 32 elements exactly take those (held -> tile, session 22:
+ * 24576 75.2 -> 92.4, 32768 83.4 -> 93.8, 65536 82.0 -> 94.2, 131072 76.1 ->
+ * 93.7; at 16 elements 90.1, 92.1, 93.5, 92.6); the others the 16-element
+ * tile: the rule above to 32768 columns (20000 72.0 -> 90.8 in 5 x 256), 8
+ * x 384 (49152 73.8 -> 94.8; 6 x 256 at 32 elements 93.7) and 16 x 384
+ * (98304 71.3 -> 95.0). 262144 stays held (72.5; 16 x 512 at 32 elements,
+ * unstaged: 48.2). Without a weight, fp32 stays held (its general kernel is
+ * unstaged).
+ *
+ * The 16-bit residual call (step 93) from FN_PLAN_STREAM_FWD_RES_BYTES (32
+ * KiB) takes the fewest CTAs of up to 256 threads, at most 8 (its general
+ * kernel: x and the residual staged, the exchange), and no CTA of 512 (two
+ * staged inputs pass FN_MAX_STAGE_BYTES: unstaged, 131072 80.9 -> 46.5).
+ * bf16, streamed or held -> tile (session 22): 16384 86.2 / 90.1 -> 91.2 (2
+ * x 256; 93.3 in 2 x 512 at 16 elements), 24576 80.9 -> 90.1, 32768 84.1
+ * -> 90.8, 40000 74.7 -> 92.9, 49152 79.5 -> 93.8, 65536 83.3 -> 92.4, fp16
+ * 65536 82.6 -> 92.2; past 65536 held (98304 76.0 against 62.9 in 16 x 384,
+ * 131072 80.9 against 75.5 in 16 x 512). */
 #define FN_PLAN_FWD_ROWS_CLUSTER_SMALL_CTA 256
 #define FN_PLAN_FWD_ROWS_CLUSTER 8
 int fn_plan_fwd_rows_cluster_call(const fn_plan_problem *pb);
 /* Turns pl into that plan for a row of cols columns of x_bytes each (the
- * 32-element tile for 16-bit rows, the 16-element one for fp32: the same
- * bytes a thread): 0 when no cluster of at most max_cluster CTAs (and the
- * limits above) holds it. */
-int fn_plan_use_fwd_rows_cluster(fn_plan *pl, int64_t cols, int x_bytes, int max_cluster);
+ * 32-element tile for 16-bit rows; for fp32 the 32- or 16-element one as
+ * above), residual: the residual call's rule: 0 when no cluster of at most
+ * max_cluster CTAs (and the limits above) holds it. */
+int fn_plan_use_fwd_rows_cluster(fn_plan *pl, int64_t cols, int x_bytes, int max_cluster, int residual);
 
 /* Turns pl into the clustered held plan (see above) with u vectors per
  * thread and CTAs of at most cta_threads threads (a multiple of 32, <= 512):

@@ -146,10 +146,11 @@ static void test_odd_grid(void)
  * with FUSEDNORM_GRID_CAP=2 walks them too (the cap is read once a process). */
 static void test_fwd_rows_cluster(void)
 {
-    /* 16-bit: 5 x 256 (inexact), 8 x 256, 8 x 512; fp32 (step 91): 5 x 256
-     * (inexact), 8 x 256, 8 x 512, and without a weight the general kernel
-     * at the cluster barrier */
-    static const int64_t cols[] = {40000, 65536, 131072, 20000, 32768, 65536};
+    /* 16-bit: 5 x 256 (inexact), 8 x 256, 8 x 512; fp32 (steps 91, 93): 5 x
+     * 256 (inexact), 3 x 256 and 4 x 256 at 32 elements, 8 x 384, 8 x 256
+     * at 32, 16 x 384, 16 x 256 at 32, and without a weight the general
+     * kernel at the cluster barrier */
+    static const int64_t cols[] = {40000, 65536, 131072, 20000, 24576, 32768, 49152, 65536, 98304, 131072};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
         for (int f = 0; f < 5; f++) {
             th_case c = th_case_default(FUSEDNORM_RMSNORM, f == 4 ? 300 : 9, cols[i],
@@ -160,6 +161,25 @@ static void test_fwd_rows_cluster(void)
             c.store_rstd = 1;
             c.skip_bwd = 1;
             gpu_vs_cpu(&c, "forward over a cluster: gpu vs cpu");
+        }
+    /* The 16-bit residual call from 32 KiB (step 93): 2 x 256, 3 x 192
+     * (inexact), 5 x 256 (inexact), 8 x 256; residual_out kept, prenorm in
+     * place (residual_out == residual, y == x), without residual_out, with
+     * a bias and no weight, 300 rows walking the grid. */
+    static const int64_t res_cols[] = {16384, 16392, 40000, 65536};
+    for (size_t i = 0; i < sizeof res_cols / sizeof res_cols[0]; i++)
+        for (int f = 0; f < 5; f++) {
+            th_case c = th_case_default(FUSEDNORM_RMSNORM, f == 4 ? 300 : 9, res_cols[i],
+                                        (i + f) % 2 ? FUSEDNORM_BF16 : FUSEDNORM_F16);
+            c.residual_on = 1;
+            c.residual_out_on = f != 2;
+            c.alias_resout_res = c.alias_y_x = f == 1;
+            c.bias_on = f == 3;
+            c.weight_on = f != 3;
+            c.outliers = f == 0 && c.x == FUSEDNORM_BF16;
+            c.store_rstd = 1;
+            c.skip_bwd = 1;
+            gpu_vs_cpu(&c, "residual forward over a cluster: gpu vs cpu");
         }
 }
 

@@ -45,22 +45,39 @@ static int expect_cluster(int64_t nv, int u, int *cta)
 }
 
 /* RMSNorm's forward of the common call past 64 KiB on sm_90 (plan.h,
- * FN_PLAN_FWD_ROWS_CLUSTER_*): the register tile of ept elements a thread (32
- * for 16-bit rows, 16 for fp32) over the fewest CTAs of 256 threads (at most
- * 8), each the fewest whole warps that cover its slice, else over 8 CTAs of
- * 512 threads that the row fills exactly (131072 16-bit columns, 65536 fp32);
- * returns the cluster (0: none) and the threads a row in *tpr. */
-static int expect_rows_cluster(int64_t cols, int ept, int *tpr)
+ * FN_PLAN_FWD_ROWS_CLUSTER_*), or of the 16-bit residual call from 32 KiB:
+ * the register tile over a cluster. 16-bit rows: 32 elements a thread over
+ * the fewest CTAs of 256 threads (at most 8), each the fewest whole warps
+ * that cover its slice, else (not the residual call) 8 x 512 that the row
+ * fills exactly (131072). fp32: 32 elements over 3, 4, 8 or 16 CTAs of 256
+ * threads that the row fills exactly, else 16 elements by the 16-bit rule
+ * (to 32768 columns), 8 x 384 (49152) or 16 x 384 (98304). Returns the
+ * cluster (0: none), the threads a row in *tpr, the elements a thread in *ept. */
+static int expect_rows_cluster(int64_t cols, int x_bytes, int residual, int *tpr, int *ept)
 {
+    if (x_bytes == 4) {
+        for (int c = 3; c <= 16; c++)
+            if ((c == 3 || c == 4 || c == 8 || c == 16) && cols == (int64_t)c * 256 * 32) {
+                *tpr = 256;
+                *ept = 32;
+                return c;
+            }
+    }
+    *ept = x_bytes == 2 ? 32 : 16;
     int c = 1;
-    while ((int64_t)c * 256 * ept < cols) c++;
+    while ((int64_t)c * 256 * *ept < cols) c++;
     if (c >= 2 && c <= 8) {
-        *tpr = (int)(((cols + (int64_t)ept * c - 1) / ((int64_t)ept * c) + 31) / 32 * 32);
+        *tpr = (int)(((cols + (int64_t)*ept * c - 1) / ((int64_t)*ept * c) + 31) / 32 * 32);
         return c;
     }
-    if (cols == 8 * 512 * ept) {
+    if (residual) return 0;
+    if (x_bytes == 2 && cols == 8 * 512 * 32) {
         *tpr = 512;
         return 8;
+    }
+    if (x_bytes == 4 && (cols == 8 * 384 * 16 || cols == 16 * 384 * 16)) {
+        *tpr = 384;
+        return cols == 8 * 384 * 16 ? 8 : 16;
     }
     return 0;
 }
@@ -86,11 +103,13 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
     const int clustered = streamed && cc >= 9 && want_c > 0 &&
                           (cols * x_bytes > FN_PLAN_STREAM_FWD_BYTES ||
                            (stream == FN_STREAM_RESIDUAL && cols * x_bytes > FN_PLAN_STREAM_FWD_RES_BYTES));
-    int rc_tpr = 0;
-    const int rows_cl = !is_bwd && stream == FN_STREAM_COMMON && cc >= 9 && nv > 0 &&
-                                cols * x_bytes > FN_PLAN_STREAM_FWD_BYTES
-                            ? expect_rows_cluster(cols, x_bytes == 2 ? 32 : 16, &rc_tpr)
-                            : 0;
+    int rc_tpr = 0, rc_ept = 0;
+    const int rows_cl_call = !is_bwd && cc >= 9 && nv > 0 &&
+                             ((stream == FN_STREAM_COMMON && cols * x_bytes > FN_PLAN_STREAM_FWD_BYTES) ||
+                              (stream == FN_STREAM_RESIDUAL && x_bytes == 2 &&
+                               cols * x_bytes >= FN_PLAN_STREAM_FWD_RES_BYTES));
+    const int rows_cl =
+        rows_cl_call ? expect_rows_cluster(cols, x_bytes, stream == FN_STREAM_RESIDUAL, &rc_tpr, &rc_ept) : 0;
     if (streamed) ASSERT_EQ_INT(p.path, rows_cl ? FN_PATH_ROWS_IN_REGISTERS : clustered ? FN_PATH_HELD : FN_PATH_TWO_PASS);
     const int64_t min_nv = x_bytes == 4 ? FN_PLAN_HELD_F32_MIN_VECTORS : FN_PLAN_HELD_MIN_VECTORS;
     const int held = (!is_bwd && stream != FN_STREAM_NONE && !streamed && nv >= min_nv &&
@@ -131,10 +150,11 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
         ASSERT_TRUE(p.tpr < 32 ? (p.tpr & (p.tpr - 1)) == 0 : p.tpr % 32 == 0);
         ASSERT_EQ_INT(p.threads, p.rows_per_block * p.tpr);
         ASSERT_TRUE(p.threads >= 32 && p.threads <= 512 && p.threads % 32 == 0);
+        /* 16: the backward's 32-element and fp32 tiles, and the forward's fp32 98304 and 131072 */
         ASSERT_TRUE(p.cluster >= 1 &&
-                    p.cluster <= (cc >= 9 ? (is_bwd && (p.ept == 32 || x_bytes == 4) ? 16 : 8) : 1));
+                    p.cluster <= (cc >= 9 ? ((is_bwd && (p.ept == 32 || x_bytes == 4)) || rows_cl == 16 ? 16 : 8) : 1));
         if (rows_cl) {
-            ASSERT_EQ_INT(p.ept, x_bytes == 2 ? 32 : 16);
+            ASSERT_EQ_INT(p.ept, rc_ept);
             ASSERT_EQ_INT(p.cluster, rows_cl);
             ASSERT_EQ_INT(p.tpr, rc_tpr);
             ASSERT_EQ_INT(p.rows_per_block, 1);
@@ -491,15 +511,17 @@ int main(void)
     ln_fwd.cols = 131072;
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).cluster, 8);
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).threads, 256);
-    /* RMSNorm's forward of the common call past 64 KiB (steps 90, 91): the
-     * register tile over a cluster, for the shapes docs/perf.md measured, and
-     * not for LayerNorm, the residual call, w32, sm_80 or (fp32) no weight */
-    struct { int64_t cols; int x_bytes, cluster, tpr; } rows_cl[] = {
-        {32768, 2, 0, 0},   {32776, 2, 5, 224}, {40000, 2, 5, 256}, {49152, 2, 6, 256},  {65536, 2, 8, 256},
-        {65544, 2, 0, 0},   {73728, 2, 0, 0},   {98304, 2, 0, 0},   {100000, 2, 0, 0},   {131072, 2, 8, 512},
-        {131080, 2, 0, 0},  {196608, 2, 0, 0},  {262144, 2, 0, 0},  {16384, 4, 0, 0},    {16388, 4, 5, 224},
-        {20000, 4, 5, 256}, {24576, 4, 6, 256}, {32768, 4, 8, 256}, {32772, 4, 0, 0},    {49152, 4, 0, 0},
-        {65536, 4, 8, 512}, {65540, 4, 0, 0},   {131072, 4, 0, 0},  {262144, 4, 0, 0},
+    /* RMSNorm's forward of the common call past 64 KiB (steps 90, 91, 93):
+     * the register tile over a cluster, for the shapes docs/perf.md measured,
+     * and not for LayerNorm, w32, sm_80 or (fp32) no weight */
+    struct { int64_t cols; int x_bytes, cluster, tpr, ept; } rows_cl[] = {
+        {32768, 2, 0, 0, 0},     {32776, 2, 5, 224, 32},  {40000, 2, 5, 256, 32},  {49152, 2, 6, 256, 32},
+        {65536, 2, 8, 256, 32},  {65544, 2, 0, 0, 0},     {73728, 2, 0, 0, 0},     {98304, 2, 0, 0, 0},
+        {100000, 2, 0, 0, 0},    {131072, 2, 8, 512, 32}, {131080, 2, 0, 0, 0},    {196608, 2, 0, 0, 0},
+        {262144, 2, 0, 0, 0},    {16384, 4, 0, 0, 0},     {16388, 4, 5, 224, 16},  {20000, 4, 5, 256, 16},
+        {24576, 4, 3, 256, 32},  {32768, 4, 4, 256, 32},  {32772, 4, 0, 0, 0},     {40960, 4, 0, 0, 0},
+        {49152, 4, 8, 384, 16},  {49156, 4, 0, 0, 0},     {65536, 4, 8, 256, 32},  {65540, 4, 0, 0, 0},
+        {98304, 4, 16, 384, 16}, {131072, 4, 16, 256, 32}, {131076, 4, 0, 0, 0},   {262144, 4, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof rows_cl / sizeof rows_cl[0]; i++) {
         const int xb = rows_cl[i].x_bytes;
@@ -512,7 +534,7 @@ int main(void)
             ASSERT_EQ_INT(p.cluster, rows_cl[i].cluster);
             ASSERT_EQ_INT(p.tpr, rows_cl[i].tpr);
             ASSERT_EQ_INT(p.threads, rows_cl[i].tpr);
-            ASSERT_EQ_INT(p.ept, xb == 2 ? 32 : 16);
+            ASSERT_EQ_INT(p.ept, rows_cl[i].ept);
             ASSERT_EQ_INT(p.vec, 16 / xb);
             ASSERT_TRUE(fn_plan_cluster_xchg_ok(p.cluster, p.rows_per_block, p.tpr, p.threads));
         }
@@ -520,19 +542,52 @@ int main(void)
         other[0].is_ln = 1;
         other[1].no_weight = xb == 4; /* 16-bit rows without a weight keep the tile: w32 instead */
         other[1].w32 = xb == 2;
-        other[2].stream = FN_STREAM_RESIDUAL;
+        other[2].stream = FN_STREAM_RESIDUAL; /* fp32's residual call: its general kernel is unstaged */
         other[3].vec_ok = 0;
         other[4].cc_major = 8;
         for (int k = 0; k < 5; k++) {
+            if (k == 2 && xb == 2) continue; /* 16-bit: the residual rule, below */
             ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&other[k]), 0);
             p = fn_plan_make(&other[k]);
             ASSERT_TRUE(p.path != FN_PATH_ROWS_IN_REGISTERS || p.cluster <= 8);
         }
+        pb.max_cluster = 8; /* a device without non-portable clusters: at most 8 */
+        p = fn_plan_make(&pb);
+        ASSERT_TRUE(p.path != FN_PATH_ROWS_IN_REGISTERS || p.cluster <= 8);
+        if (rows_cl[i].cluster == 16) ASSERT_TRUE(p.path != FN_PATH_ROWS_IN_REGISTERS);
         pb.max_cluster = 4; /* a device that launches no cluster of 8: held */
         ASSERT_TRUE(fn_plan_make(&pb).path != FN_PATH_ROWS_IN_REGISTERS || pb.cols * xb <= 65536);
         pb.max_cluster = 16;
         pb.no_weight = 1; /* 16-bit rows keep the tile without a weight (its general kernel meets by the exchange) */
         ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), xb == 2 && rows_cl[i].cols * xb > 65536);
+    }
+    /* The 16-bit residual call from 32 KiB (step 93): the fewest CTAs of up
+     * to 256 threads, at most 8, 32 elements a thread; no 8 x 512; held past. */
+    struct { int64_t cols; int cluster, tpr; } res_cl[] = {
+        {8192, 0, 0},   {16384, 2, 256}, {16392, 3, 192}, {24576, 3, 256},
+        {32768, 4, 256}, {40000, 5, 256}, {49152, 6, 256}, {65536, 8, 256}, {65544, 0, 0},
+        {131072, 0, 0}, {262144, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof res_cl / sizeof res_cl[0]; i++) {
+        fn_plan_problem pb = {0, res_cl[i].cols, 2, 1, 9, 16, 0, 0, FN_STREAM_RESIDUAL, 0, 0, 0, 0, 0};
+        snprintf(th_context, sizeof th_context, "residual rows cluster: cols %lld", (long long)res_cl[i].cols);
+        ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), res_cl[i].cols * 2 >= 32768);
+        fn_plan p = fn_plan_make(&pb);
+        ASSERT_EQ_INT(p.path == FN_PATH_ROWS_IN_REGISTERS, res_cl[i].cluster > 0);
+        if (res_cl[i].cluster) {
+            ASSERT_EQ_INT(p.cluster, res_cl[i].cluster);
+            ASSERT_EQ_INT(p.tpr, res_cl[i].tpr);
+            ASSERT_EQ_INT(p.threads, res_cl[i].tpr);
+            ASSERT_EQ_INT(p.ept, 32);
+            ASSERT_EQ_INT(p.vec, 8);
+        } else if (res_cl[i].cols * 2 > 32768) {
+            ASSERT_EQ_INT(p.path, FN_PATH_HELD); /* held over a cluster as before */
+        }
+        pb.is_ln = 1; /* LayerNorm's residual call: held */
+        ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), 0);
+        pb.is_ln = 0;
+        pb.cc_major = 8;
+        ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), 0);
     }
 
     fn_plan_problem bwd_large = {1, 131072, 2, 1, 9, 16, 0, 0, 0, 0, 0, 0, 0, 0};
