@@ -254,13 +254,19 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  * tile: the rule above to 32768 columns (20000 72.0 -> 90.8 in 5 x 256), 8
  * x 384 (49152 73.8 -> 94.8; 6 x 256 at 32 elements 93.7) and 16 x 384
  * (98304 71.3 -> 95.0). 262144 stays held (72.5; 16 x 512 at 32 elements,
- * unstaged: 48.2). Without a weight, fp32 stays held (its general kernel is
- * unstaged).
+ * unstaged: 48.2). Without a weight fp32 stays held: the general fp32
+ * kernel over a cluster (step 94, FWD_CLUSTER_GENERAL in norm_fwd.cu) is
+ * staged and meets by the exchange, but was not timed without a weight.
  *
- * The 16-bit residual call (step 93) from FN_PLAN_STREAM_FWD_RES_BYTES (32
+ * The residual call (steps 93, 94) from FN_PLAN_STREAM_FWD_RES_BYTES (32
  * KiB) takes the fewest CTAs of up to 256 threads, at most 8 (its general
- * kernel: x and the residual staged, the exchange), and no CTA of 512 (two
- * staged inputs pass FN_MAX_STAGE_BYTES: unstaged, 131072 80.9 -> 46.5).
+ * kernel: x and the residual staged, the exchange), 32 elements a thread
+ * (fp32: 16, only rows that fill the tile exactly, and 65536 in 16 x 256),
+ * and no CTA of 512 (two staged inputs pass FN_MAX_STAGE_BYTES: unstaged,
+ * 131072 80.9 -> 46.5). fp32 (step 94, the general kernel over a cluster,
+ * held -> tile, session 22): 8192 90.1 -> 94.0 (2 x 256), 16384 85.5 ->
+ * 92.1, 32768 84.9 -> 94.2, 65536 82.5 -> 93.8 (16 x 256; 8 x 256 at 32
+ * elements, unstaged: 70.6); 12292 82.3 -> 80.2 in 4 x 224 stays held.
  * bf16, streamed or held -> tile (session 22): 16384 86.2 / 90.1 -> 91.2 (2
  * x 256; 93.3 in 2 x 512 at 16 elements), 24576 80.9 -> 90.1, 32768 84.1
  * -> 90.8, 40000 74.7 -> 92.9, 49152 79.5 -> 93.8, 65536 83.3 -> 92.4, fp16

@@ -148,8 +148,9 @@ static void test_fwd_rows_cluster(void)
 {
     /* 16-bit: 5 x 256 (inexact), 8 x 256, 8 x 512; fp32 (steps 91, 93): 5 x
      * 256 (inexact), 3 x 256 and 4 x 256 at 32 elements, 8 x 384, 8 x 256
-     * at 32, 16 x 384, 16 x 256 at 32, and without a weight the general
-     * kernel at the cluster barrier */
+     * at 32, 16 x 384, 16 x 256 at 32, and without a weight (16-bit: the
+     * general kernel; fp32: held, and below through the knob the general
+     * kernel over a cluster of step 94) */
     static const int64_t cols[] = {40000, 65536, 131072, 20000, 24576, 32768, 49152, 65536, 98304, 131072};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
         for (int f = 0; f < 5; f++) {
@@ -162,15 +163,35 @@ static void test_fwd_rows_cluster(void)
             c.skip_bwd = 1;
             gpu_vs_cpu(&c, "forward over a cluster: gpu vs cpu");
         }
-    /* The 16-bit residual call from 32 KiB (step 93): 2 x 256, 3 x 192
+#if FUSEDNORM_WITH_CUDA
+    /* fp32 without a weight over a cluster (FWD_CLUSTER_GENERAL), which the
+     * planner holds: through the knob, 8 x 256 exact and 5 x 256 not. */
+    static const struct { int64_t cols; const char *plan; } nw[] = {{32768, "16,256,8"}, {20000, "16,256,5"}};
+    for (size_t i = 0; i < sizeof nw / sizeof nw[0]; i++) {
+        setenv("FUSEDNORM_PLAN_FWD", nw[i].plan, 1);
+        for (int f = 0; f < 3; f++) {
+            th_case c = th_case_default(FUSEDNORM_RMSNORM, f == 2 ? 300 : 9, nw[i].cols, FUSEDNORM_F32);
+            c.weight_on = 0;
+            c.bias_on = f == 1;
+            c.outliers = f == 0;
+            c.store_rstd = 1;
+            c.skip_bwd = 1;
+            gpu_vs_cpu(&c, "fp32 forward without a weight over a cluster: gpu vs cpu");
+        }
+    }
+    unsetenv("FUSEDNORM_PLAN_FWD");
+#endif
+    /* The residual call from 32 KiB (step 93): 16-bit 2 x 256, 3 x 192
      * (inexact), 5 x 256 (inexact), 8 x 256; residual_out kept, prenorm in
      * place (residual_out == residual, y == x), without residual_out, with
      * a bias and no weight, 300 rows walking the grid. */
-    static const int64_t res_cols[] = {16384, 16392, 40000, 65536};
+    /* fp32 (step 94, the general kernel over a cluster with the exchange):
+     * 2 x 256, 8 x 256, 16 x 256; 12292 held (4 x 224 inexact lost). */
+    static const int64_t res_cols[] = {16384, 16392, 40000, 65536, 8192, 12292, 32768, 65536};
     for (size_t i = 0; i < sizeof res_cols / sizeof res_cols[0]; i++)
         for (int f = 0; f < 5; f++) {
             th_case c = th_case_default(FUSEDNORM_RMSNORM, f == 4 ? 300 : 9, res_cols[i],
-                                        (i + f) % 2 ? FUSEDNORM_BF16 : FUSEDNORM_F16);
+                                        i >= 4 ? FUSEDNORM_F32 : (i + f) % 2 ? FUSEDNORM_BF16 : FUSEDNORM_F16);
             c.residual_on = 1;
             c.residual_out_on = f != 2;
             c.alias_resout_res = c.alias_y_x = f == 1;
@@ -643,6 +664,24 @@ static void test_plan_knob(void)
 }
 #endif
 
+#if FUSEDNORM_WITH_CUDA
+static void suite_all(void) { th_suite_all(FUSEDNORM_CUDA); }
+
+/* Whether name is one of the comma-separated names of list. */
+static int name_listed(const char *list, const char *name)
+{
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+#endif
+
 int main(void)
 {
     if (!fusednorm_cuda_available()) {
@@ -651,17 +690,33 @@ int main(void)
     }
 #if FUSEDNORM_WITH_CUDA
     th_init("test_cuda_ops");
-    th_suite_all(FUSEDNORM_CUDA);
-    test_gpu_vs_cpu();
-    test_odd_calls();
-    test_odd_grid();
-    test_fwd_rows_cluster();
-    test_fwd_ln_cluster();
-    test_determinism();
-    test_unsupported_mix();
-    test_graph_capture();
-    test_over_2g_elements();
-    test_plan_knob();
+    /* TEST_ONLY=name[,name...]: only those groups (the names below), to
+     * spend less device time on a change that touches one path. */
+    static const struct { const char *name; void (*run)(void); } groups[] = {
+        {"suite", suite_all},
+        {"gpu_vs_cpu", test_gpu_vs_cpu},
+        {"odd_calls", test_odd_calls},
+        {"odd_grid", test_odd_grid},
+        {"fwd_rows_cluster", test_fwd_rows_cluster},
+        {"fwd_ln_cluster", test_fwd_ln_cluster},
+        {"determinism", test_determinism},
+        {"unsupported_mix", test_unsupported_mix},
+        {"graph_capture", test_graph_capture},
+        {"over_2g_elements", test_over_2g_elements},
+        {"plan_knob", test_plan_knob},
+    };
+    const char *only = getenv("TEST_ONLY");
+    int ran = 0;
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
+        if (!only || name_listed(only, groups[i].name)) {
+            groups[i].run();
+            ran++;
+        }
+    if (only) printf("TEST_ONLY=%s: %d of %zu groups run\n", only, ran, sizeof groups / sizeof groups[0]);
+    if (only && ran == 0) {
+        printf("FAIL: TEST_ONLY names no group\n");
+        return 1;
+    }
     return th_finish();
 #else
     printf("SKIP: fusednorm_cuda_available() is 1 but the tests were built without CUDA\n");

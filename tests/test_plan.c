@@ -45,17 +45,19 @@ static int expect_cluster(int64_t nv, int u, int *cta)
 }
 
 /* RMSNorm's forward of the common call past 64 KiB on sm_90 (plan.h,
- * FN_PLAN_FWD_ROWS_CLUSTER_*), or of the 16-bit residual call from 32 KiB:
+ * FN_PLAN_FWD_ROWS_CLUSTER_*), or of the residual call from 32 KiB:
  * the register tile over a cluster. 16-bit rows: 32 elements a thread over
  * the fewest CTAs of 256 threads (at most 8), each the fewest whole warps
  * that cover its slice, else (not the residual call) 8 x 512 that the row
  * fills exactly (131072). fp32: 32 elements over 3, 4, 8 or 16 CTAs of 256
  * threads that the row fills exactly, else 16 elements by the 16-bit rule
- * (to 32768 columns), 8 x 384 (49152) or 16 x 384 (98304). Returns the
+ * (to 32768 columns), 8 x 384 (49152) or 16 x 384 (98304); the fp32
+ * residual call 16 elements by the 16-bit rule where the row fills the
+ * tile exactly, or 16 x 256 (65536). Returns the
  * cluster (0: none), the threads a row in *tpr, the elements a thread in *ept. */
 static int expect_rows_cluster(int64_t cols, int x_bytes, int residual, int *tpr, int *ept)
 {
-    if (x_bytes == 4) {
+    if (x_bytes == 4 && !residual) {
         for (int c = 3; c <= 16; c++)
             if ((c == 3 || c == 4 || c == 8 || c == 16) && cols == (int64_t)c * 256 * 32) {
                 *tpr = 256;
@@ -68,7 +70,12 @@ static int expect_rows_cluster(int64_t cols, int x_bytes, int residual, int *tpr
     while ((int64_t)c * 256 * *ept < cols) c++;
     if (c >= 2 && c <= 8) {
         *tpr = (int)(((cols + (int64_t)*ept * c - 1) / ((int64_t)*ept * c) + 31) / 32 * 32);
+        if (residual && x_bytes == 4 && (int64_t)c * *tpr * *ept != cols) return 0;
         return c;
+    }
+    if (residual && x_bytes == 4 && cols == 16 * 256 * 16) { /* fp32 65536 */
+        *tpr = 256;
+        return 16;
     }
     if (residual) return 0;
     if (x_bytes == 2 && cols == 8 * 512 * 32) {
@@ -106,8 +113,7 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
     int rc_tpr = 0, rc_ept = 0;
     const int rows_cl_call = !is_bwd && cc >= 9 && nv > 0 &&
                              ((stream == FN_STREAM_COMMON && cols * x_bytes > FN_PLAN_STREAM_FWD_BYTES) ||
-                              (stream == FN_STREAM_RESIDUAL && x_bytes == 2 &&
-                               cols * x_bytes >= FN_PLAN_STREAM_FWD_RES_BYTES));
+                              (stream == FN_STREAM_RESIDUAL && cols * x_bytes >= FN_PLAN_STREAM_FWD_RES_BYTES));
     const int rows_cl =
         rows_cl_call ? expect_rows_cluster(cols, x_bytes, stream == FN_STREAM_RESIDUAL, &rc_tpr, &rc_ept) : 0;
     if (streamed) ASSERT_EQ_INT(p.path, rows_cl ? FN_PATH_ROWS_IN_REGISTERS : clustered ? FN_PATH_HELD : FN_PATH_TWO_PASS);
@@ -511,9 +517,9 @@ int main(void)
     ln_fwd.cols = 131072;
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).cluster, 8);
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).threads, 256);
-    /* RMSNorm's forward of the common call past 64 KiB (steps 90, 91, 93):
-     * the register tile over a cluster, for the shapes docs/perf.md measured,
-     * and not for LayerNorm, w32, sm_80 or (fp32) no weight */
+    /* RMSNorm's forward of the common call past 64 KiB (steps 90, 91, 93,
+     * 94): the register tile over a cluster, for the shapes docs/perf.md
+     * measured, and not for LayerNorm, w32, sm_80 or (fp32) no weight */
     struct { int64_t cols; int x_bytes, cluster, tpr, ept; } rows_cl[] = {
         {32768, 2, 0, 0, 0},     {32776, 2, 5, 224, 32},  {40000, 2, 5, 256, 32},  {49152, 2, 6, 256, 32},
         {65536, 2, 8, 256, 32},  {65544, 2, 0, 0, 0},     {73728, 2, 0, 0, 0},     {98304, 2, 0, 0, 0},
@@ -538,15 +544,13 @@ int main(void)
             ASSERT_EQ_INT(p.vec, 16 / xb);
             ASSERT_TRUE(fn_plan_cluster_xchg_ok(p.cluster, p.rows_per_block, p.tpr, p.threads));
         }
-        fn_plan_problem other[5] = {pb, pb, pb, pb, pb};
+        fn_plan_problem other[4] = {pb, pb, pb, pb};
         other[0].is_ln = 1;
-        other[1].no_weight = xb == 4; /* 16-bit rows without a weight keep the tile: w32 instead */
         other[1].w32 = xb == 2;
-        other[2].stream = FN_STREAM_RESIDUAL; /* fp32's residual call: its general kernel is unstaged */
-        other[3].vec_ok = 0;
-        other[4].cc_major = 8;
-        for (int k = 0; k < 5; k++) {
-            if (k == 2 && xb == 2) continue; /* 16-bit: the residual rule, below */
+        other[1].no_weight = xb == 4;
+        other[2].vec_ok = 0;
+        other[3].cc_major = 8;
+        for (int k = 0; k < 4; k++) {
             ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&other[k]), 0);
             p = fn_plan_make(&other[k]);
             ASSERT_TRUE(p.path != FN_PATH_ROWS_IN_REGISTERS || p.cluster <= 8);
@@ -558,29 +562,33 @@ int main(void)
         pb.max_cluster = 4; /* a device that launches no cluster of 8: held */
         ASSERT_TRUE(fn_plan_make(&pb).path != FN_PATH_ROWS_IN_REGISTERS || pb.cols * xb <= 65536);
         pb.max_cluster = 16;
-        pb.no_weight = 1; /* 16-bit rows keep the tile without a weight (its general kernel meets by the exchange) */
+        pb.no_weight = 1; /* 16-bit rows keep the tile without a weight; fp32 is held (not timed) */
         ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), xb == 2 && rows_cl[i].cols * xb > 65536);
     }
-    /* The 16-bit residual call from 32 KiB (step 93): the fewest CTAs of up
-     * to 256 threads, at most 8, 32 elements a thread; no 8 x 512; held past. */
-    struct { int64_t cols; int cluster, tpr; } res_cl[] = {
-        {8192, 0, 0},   {16384, 2, 256}, {16392, 3, 192}, {24576, 3, 256},
-        {32768, 4, 256}, {40000, 5, 256}, {49152, 6, 256}, {65536, 8, 256}, {65544, 0, 0},
-        {131072, 0, 0}, {262144, 0, 0},
+    /* The residual call from 32 KiB (steps 93, 94): the fewest CTAs of up
+     * to 256 threads, at most 8, 32 elements a thread (16 for fp32, and fp32
+     * 65536 in 16 x 256); no CTA of 512; held past. */
+    struct { int64_t cols; int x_bytes, cluster, tpr; } res_cl[] = {
+        {8192, 2, 0, 0},   {16384, 2, 2, 256}, {16392, 2, 3, 192}, {24576, 2, 3, 256}, {32768, 2, 4, 256},
+        {40000, 2, 5, 256}, {49152, 2, 6, 256}, {65536, 2, 8, 256}, {65544, 2, 0, 0},  {131072, 2, 0, 0},
+        {262144, 2, 0, 0}, {4096, 4, 0, 0},    {8192, 4, 2, 256},  {12292, 4, 0, 0},   {24576, 4, 6, 256}, {32768, 4, 8, 256},
+        {32772, 4, 0, 0},  {49152, 4, 0, 0},   {65536, 4, 16, 256}, {131072, 4, 0, 0},
     };
     for (size_t i = 0; i < sizeof res_cl / sizeof res_cl[0]; i++) {
-        fn_plan_problem pb = {0, res_cl[i].cols, 2, 1, 9, 16, 0, 0, FN_STREAM_RESIDUAL, 0, 0, 0, 0, 0};
-        snprintf(th_context, sizeof th_context, "residual rows cluster: cols %lld", (long long)res_cl[i].cols);
-        ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), res_cl[i].cols * 2 >= 32768);
+        const int xb = res_cl[i].x_bytes;
+        fn_plan_problem pb = {0, res_cl[i].cols, xb, 1, 9, 16, 0, 0, FN_STREAM_RESIDUAL, 0, 0, 0, 0, 0};
+        snprintf(th_context, sizeof th_context, "residual rows cluster: cols %lld x_bytes %d", (long long)res_cl[i].cols,
+                 xb);
+        ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), res_cl[i].cols * xb >= 32768);
         fn_plan p = fn_plan_make(&pb);
         ASSERT_EQ_INT(p.path == FN_PATH_ROWS_IN_REGISTERS, res_cl[i].cluster > 0);
         if (res_cl[i].cluster) {
             ASSERT_EQ_INT(p.cluster, res_cl[i].cluster);
             ASSERT_EQ_INT(p.tpr, res_cl[i].tpr);
             ASSERT_EQ_INT(p.threads, res_cl[i].tpr);
-            ASSERT_EQ_INT(p.ept, 32);
-            ASSERT_EQ_INT(p.vec, 8);
-        } else if (res_cl[i].cols * 2 > 32768) {
+            ASSERT_EQ_INT(p.ept, xb == 2 ? 32 : 16);
+            ASSERT_EQ_INT(p.vec, 16 / xb);
+        } else if (res_cl[i].cols * xb > 32768) {
             ASSERT_EQ_INT(p.path, FN_PATH_HELD); /* held over a cluster as before */
         }
         pb.is_ln = 1; /* LayerNorm's residual call: held */

@@ -13,10 +13,11 @@
  *    VEC-wide (16-byte) accesses when alignment allows, else one element at a
  *    time. Several rows per CTA when rows are short. Covers N up to
  *    cluster * tpr * EPT (262144 on sm_90); over a cluster (one row a CTA)
- *    its 16-bit vector instances and its PLAIN fp32 ones meet by the
- *    cluster exchange, the others at a cluster barrier. RMSNorm's rows
- *    past 64 KiB take it (16-bit, and fp32 with a weight: the planner's
- *    rule, plan.h). Its SHIFT variant takes 16-bit
+ *    its 16-bit vector instances and its fp32 vector ones of 16 and 32
+ *    elements meet by the cluster exchange, the others at a cluster
+ *    barrier. RMSNorm's rows past 64 KiB take it, and its residual call's
+ *    from 32 KiB (16-bit, and fp32 with a weight: the planner's rule,
+ *    plan.h). Its SHIFT variant takes 16-bit
  *    rows that start off a 16-byte boundary (odd N, odd pitches), realigned
  *    in shared memory (common.cuh), up to FN_PLAN_SHIFT_MAX_COLS.
  *  - norm_fwd_held: rows of the streaming kernel's calls (x, y, weight,
@@ -52,6 +53,8 @@ namespace fn {
  * registers without spills, twice the rows in flight of the run-time tpr's
  * 104 (docs/perf.md step 75). */
 __host__ __device__ constexpr bool fwd_lb_four(int tpr) { return tpr > 0 && tpr < 32; }
+/* The PLAIN value of the general kernel for fp32 rows over a cluster (see PLAIN in the kernel). */
+constexpr int FWD_CLUSTER_GENERAL = 3;
 template <typename TX, int VEC, int EPT, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false>
 __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR) ? 4 : PLAIN || SHIFT ? 1 : 0)
     norm_fwd_rows_in_registers(const fn_fwd_params p)
@@ -68,18 +71,22 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
      * global offset of a vector becomes an immediate, and the reductions'
      * loops unroll. The CTA is then max(TPR, 256) threads (the planner's
      * rule, checked by the launcher). */
-    static_assert(TPR == 0 || PLAIN, "TPR: PLAIN variants only");
-    constexpr int K = EPT / VEC;
-    static_assert(!PLAIN || VEC > 1, "PLAIN: staged vector rows only");
     /* PLAIN (1, or 2 with a bias) is the launcher's promise for the common call
      * (fwd_is_plain): x is staged, the weight (and bias) is in the cache, no
      * residual, y of dtype TX; with EXACT the row fills the tile exactly
      * (N == cluster * tpr * EPT, no column checks). PLAIN = 0 is the general
      * kernel. Every branch
      * on those then folds at compile time: ncu counted about a quarter of the
-     * forward's instructions in branches and their bookkeeping. */
-    const bool has_res = !PLAIN && p.res != nullptr, has_res_out = !PLAIN && p.res_out != nullptr;
-    const bool has_w = PLAIN || p.w != nullptr, has_b = PLAIN == 2 || (!PLAIN && p.b != nullptr);
+     * forward's instructions in branches and their bookkeeping. PLAIN = 3
+     * (FWD_CLUSTER_GENERAL) is the general kernel compiled for fp32 rows
+     * over a cluster: every feature at run time, staged and cached as the
+     * launcher sets p.pipe and p.wcache, the row sums met by the exchange. */
+    constexpr bool PROMISE = PLAIN == 1 || PLAIN == 2;
+    static_assert(TPR == 0 || PROMISE, "TPR: PLAIN variants only");
+    constexpr int K = EPT / VEC;
+    static_assert(!PLAIN || VEC > 1, "PLAIN: staged vector rows only");
+    const bool has_res = !PROMISE && p.res != nullptr, has_res_out = !PROMISE && p.res_out != nullptr;
+    const bool has_w = PROMISE || p.w != nullptr, has_b = PLAIN == 2 || (!PROMISE && p.b != nullptr);
     __shared__ RowReduceSmem sm;
     int buf = 0;
     const int tpr = TPR ? TPR : p.tpr, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
@@ -89,7 +96,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
     /* A persistent grid: each CTA (or cluster) walks row groups with a fixed
      * stride. With vector access the next group's x (and residual) stream into
      * shared memory (cp.async) while this one is reduced and written. */
-    const bool pipe = PLAIN || SHIFT || (VEC > 1 && p.pipe);
+    const bool pipe = PROMISE || SHIFT || (VEC > 1 && p.pipe);
     constexpr int STAGES = SHIFT ? FN_SHIFT_STAGES : FN_STAGES;
     extern __shared__ __align__(16) unsigned char dyn_smem[];
     uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
@@ -113,11 +120,12 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
      * fill_column_cache): the forward is bound by instruction issue as much as
      * by memory (ncu at N = 4096 bf16: 0.68 warps issued per scheduler cycle). */
     float *wc = reinterpret_cast<float *>(dyn_smem + p.wcache_off), *bc = wc + (has_w ? tpr * EPT : 0);
-    /* fp32 rows go without it: their loads are not the bottleneck (88% of copy
-     * at N = 4096), and the cache path doubled their registers (64 -> 128). */
-    const bool wcache = PLAIN || (sizeof(TX) == 2 && p.wcache);
+    /* fp32 rows go without it but over a cluster: their loads are not the
+     * bottleneck (88% of copy at N = 4096), and the cache path doubled their
+     * registers (64 -> 128). */
+    const bool wcache = PROMISE || ((sizeof(TX) == 2 || PLAIN == 3) && p.wcache);
     /* Whether column col of this CTA's slice lies in the row. */
-    auto in_row = [&](int64_t col) { return (PLAIN && EXACT) || col < N; };
+    auto in_row = [&](int64_t col) { return (PROMISE && EXACT) || col < N; };
     /* x (and the residual) staged with the L2 policy evict_last (step 57). */
     const uint64_t l2_last = l2_evict_last_policy();
     auto issue = [&](int64_t g, int st) {
@@ -152,13 +160,14 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
         #pragma unroll
         for (int st = 0; st < STAGES - 1; st++) issue(first + st * stride, st);
     /* Over a cluster (one row a CTA of whole warps: fn_plan_cluster_xchg_ok),
-     * the row sums of the 16-bit vector tiles and of the PLAIN fp32 tiles
-     * (which only clusters launch, see launch_rows) meet by the exchange
-     * (common.cuh): a cluster barrier per reduction waits for the last row's
-     * y stores (step 90). The others (the general fp32 kernel, the scalar
-     * and SHIFT tiles, which the planner gives no cluster but for unusual
-     * calls) keep the barrier: the exchange compiled in cost them registers
-     * (general fp32 EPT 16: 60 -> 102) or spills (SHIFT EPT 32: 116 bytes). */
+     * the row sums of the 16-bit vector tiles and of the fp32 PLAIN tiles
+     * (1, 2 and 3, which only clusters launch, see launch_rows) meet by the
+     * exchange (common.cuh): a cluster barrier per reduction waits for the
+     * last row's y stores (step 90). The others (the general fp32 kernel of
+     * rows in one CTA, the scalar and SHIFT tiles, which the planner gives no
+     * cluster but for unusual calls) keep the barrier: the exchange compiled
+     * in cost them registers (general fp32 EPT 16: 60 -> 102) or spills
+     * (SHIFT EPT 32: 116 bytes). */
     constexpr bool XCHG = (sizeof(TX) == 2 || PLAIN) && VEC > 1 && !SHIFT;
     if constexpr (XCHG) cluster_xchg_init(sm, C);
     if (wcache) {
@@ -292,7 +301,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                 y[j] = v;
             }
             if constexpr (SHIFT) put_shifted<TX, VEC>(yrun, k * tpr + lane, y);
-            else if (PLAIN) store_vec<TX, VEC>((TX *)p.y, row * p.sy + col, y);
+            else if (PROMISE) store_vec<TX, VEC>((TX *)p.y, row * p.sy + col, y);
             else store_dyn<TX, VEC>(p.y, p.dt_y, row * p.sy + col, y);
         }
         if constexpr (SHIFT) {
@@ -861,10 +870,10 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
      * unstaged tile under the cluster barrier: 83.5 -> 74.3% of copy against
      * the held kernel, docs/perf.md step 90; step 91 for this form). PLAIN
      * fp32 tiles are compiled for EPT 16 and 32 only (the planner's); an
-     * fp32 call that is not PLAIN (no weight, a residual) keeps the general
-     * kernel, unstaged, at the cluster barrier. */
+     * fp32 call over a cluster that is not the common one (no weight, a
+     * residual, y of another dtype) takes FWD_CLUSTER_GENERAL (step 94). */
     constexpr bool F32_PLAIN_OK = sizeof(TX) == 4 && VEC > 1 && EPT >= 16;
-    const bool staged_dtype = sizeof(TX) == 2 || (F32_PLAIN_OK && p.cluster > 1 && fwd_plain_call(p));
+    const bool staged_dtype = sizeof(TX) == 2 || (F32_PLAIN_OK && p.cluster > 1);
     /* smem_max: devices with less shared memory per block (99 KiB opt-in on
      * sm_86/sm_89, which run the sm_80 code) load straight into registers
      * rather than fail the launch. */
@@ -881,6 +890,10 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
         case 2: return launch_plain<TX, VEC, EPT, 2>(q, grid, threads, smem, stream, active);
         }
     }
+    if constexpr (F32_PLAIN_OK) /* fp32's other calls over a cluster: staged, the exchange */
+        if (p.cluster > 1)
+            return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, FWD_CLUSTER_GENERAL>, q, grid, threads,
+                                   smem, p.cluster, stream, active);
     return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, 0>, q, grid, threads, smem, p.cluster, stream,
                            active);
 }
