@@ -6,11 +6,12 @@
  *
  * Bytes counted (M rows, N cols, a = activation size, p = parameter size):
  *   fwd: read x (+ residual), write y (+ residual_out): M N a each;
- *        read weight (+ bias for LayerNorm): N p each; write rstd (+ mean): 4 M each
+ *        read weight (unless --no-weight) (+ bias for LayerNorm): N p each;
+ *        write rstd (+ mean): 4 M each
  *   bwd: read x, dy (+ dresidual_out), write dx (+ dresidual unless
  *        --no-dresidual): M N a each;
- *        read weight: N p; read rstd (+ mean): 4 M each;
- *        write dweight (+ dbias): N p each
+ *        read weight, write dweight (unless --no-weight): N p each;
+ *        read rstd (+ mean): 4 M each; write dbias (LayerNorm): N p
  * Workspace traffic and re-reads are the kernel's cost, not counted.
  * LayerNorm runs with a bias (as torch.nn.LayerNorm does), RMSNorm without.
  * The backward gets rstd/mean from one untimed forward, and computes the
@@ -49,8 +50,8 @@ void bench_help(FILE *out)
     fprintf(out,
             "usage: fusednorm bench [--backend cpu|cuda] [--norm rms|ln] [--dtype f32|f16|bf16|...]\n"
             "                       [--rows M] [--cols N,...] [--residual [--no-dresidual]]\n"
-            "                       [--pass fwd|bwd|both] [--atomic] [--same-size-copy] [--iters K]\n"
-            "                       [--warmup K] [--csv FILE]\n"
+            "                       [--no-weight] [--pass fwd|bwd|both] [--atomic] [--same-size-copy]\n"
+            "                       [--iters K] [--warmup K] [--csv FILE]\n"
             "\n"
             "Times fusednorm_fwd / fusednorm_bwd and reports, per case, the median time, the\n"
             "GB/s of the bytes the pass must move and the %% of the copy bandwidth measured\n"
@@ -70,6 +71,8 @@ void bench_help(FILE *out)
             "  --no-dresidual        with --residual: the backward writes no dresidual (the\n"
             "                        caller uses dx for it, as the PyTorch package does when\n"
             "                        the residual's dtype is x's); shown as res 'nodr', CSV 2\n"
+            "  --no-weight           no weight (and so no dweight): y = x_hat (+ bias for ln);\n"
+            "                        said in the table's first line, CSV column weight 0\n"
             "  --pass fwd|bwd|both   default both\n"
             "  --atomic              also time the backward with FUSEDNORM_ATOMIC_DWEIGHT\n"
             "  --same-size-copy      after each case, time a copy of the same bytes (half read,\n"
@@ -117,6 +120,9 @@ int bench_parse(int argc, char **argv, bench_options *o)
         } else if (!strcmp(opt, "--no-dresidual")) {
             cli_option_flag(&it, opt);
             o->residual |= 2;
+        } else if (!strcmp(opt, "--no-weight")) {
+            cli_option_flag(&it, opt);
+            o->no_weight = 1;
         } else if (!strcmp(opt, "--pass")) {
             const char *v = cli_option_value(&it, opt);
             int p[3], n = cli_parse_choice_list("bench", opt, v, PASS_CHOICES, p);
@@ -158,18 +164,21 @@ typedef struct bench_row {
     double bytes, seconds;
     int ok;
     double copy_seconds; /* --same-size-copy: a copy of the same bytes; 0: not measured */
+    int no_weight;       /* --no-weight */
 } bench_row;
 
-static double fwd_bytes(int64_t M, int64_t N, size_t a, size_t p, int residual, int ln)
+static double fwd_bytes(int64_t M, int64_t N, size_t a, size_t p, int residual, int ln, int weight)
 {
     double mn = (double)M * (double)N * (double)a;
-    return mn * (residual ? 4 : 2) + (double)N * (double)p * (ln ? 2 : 1) + 4.0 * (double)M * (ln ? 2 : 1);
+    return mn * (residual ? 4 : 2) + (double)N * (double)p * ((weight ? 1 : 0) + (ln ? 1 : 0)) +
+           4.0 * (double)M * (ln ? 2 : 1);
 }
 
-static double bwd_bytes(int64_t M, int64_t N, size_t a, size_t p, int residual, int ln)
+static double bwd_bytes(int64_t M, int64_t N, size_t a, size_t p, int residual, int ln, int weight)
 {
     double mn = (double)M * (double)N * (double)a;
-    return mn * (residual ? (residual == 2 ? 4 : 5) : 3) + (double)N * (double)p * (ln ? 3 : 2) + 4.0 * (double)M * (ln ? 2 : 1);
+    return mn * (residual ? (residual == 2 ? 4 : 5) : 3) + (double)N * (double)p * ((weight ? 2 : 0) + (ln ? 1 : 0)) +
+           4.0 * (double)M * (ln ? 2 : 1);
 }
 
 static int launch_fwd(void *ctx) { return cli_check_status(fusednorm_fwd(ctx), "fusednorm_fwd"); }
@@ -221,8 +230,10 @@ static const char *dtype_label(const bench_row *r)
 static void progress(run_state *st, const bench_row *r)
 {
     st->done++;
-    fprintf(stderr, "[%d/%d] %s %s %lldx%lld%s %s ... ", st->done, st->total, norm_short(r->norm),
-            dtype_label(r), (long long)r->rows, (long long)r->cols, r->residual ? (r->residual == 2 ? " residual (no dresidual)" : " residual") : "", r->pass);
+    fprintf(stderr, "[%d/%d] %s %s %lldx%lld%s%s %s ... ", st->done, st->total, norm_short(r->norm),
+            dtype_label(r), (long long)r->rows, (long long)r->cols,
+            r->residual ? (r->residual == 2 ? " residual (no dresidual)" : " residual") : "",
+            r->no_weight ? " no weight" : "", r->pass);
     fflush(stderr);
 }
 
@@ -274,7 +285,8 @@ static int bench_group(run_state *st, const bench_options *o, fusednorm_norm nor
     void *dy = NULL, *dres = NULL, *gx = NULL, *gres = NULL, *gw = NULL, *gb = NULL, *ws = NULL;
     void *staging = malloc(mat ? mat : 1);
     int rc = -1;
-    bench_row base = {norm, dt, w32, M, N, res, ln, NULL, 0, 0, 0, 0};
+    bench_row base = {norm, dt, w32, M, N, res, ln, NULL, 0, 0, 0, 0, o->no_weight};
+    const int weight = !o->no_weight;
     int want = (o->run_fwd ? 1 : 0) + (o->run_bwd ? 1 + (o->atomic ? 1 : 0) : 0);
 
     if (!staging) {
@@ -297,7 +309,7 @@ static int bench_group(run_state *st, const bench_options *o, fusednorm_norm nor
     fa.cols = N;
     fa.eps = ln ? 1e-5f : 1e-6f;
     fa.x = (fusednorm_tensor){x, dt, 0};
-    fa.weight = (fusednorm_tensor){w, wt, 0};
+    if (weight) fa.weight = (fusednorm_tensor){w, wt, 0};
     if (ln) fa.bias = (fusednorm_tensor){bias, wt, 0};
     if (res) fa.residual = (fusednorm_tensor){r, dt, 0};
     fa.y = (fusednorm_tensor){y, dt, 0};
@@ -309,7 +321,7 @@ static int bench_group(run_state *st, const bench_options *o, fusednorm_norm nor
     if (o->run_fwd) {
         bench_row row = base;
         row.pass = "fwd";
-        row.bytes = fwd_bytes(M, N, a, p, res, ln);
+        row.bytes = fwd_bytes(M, N, a, p, res, ln, weight);
         progress(st, &row);
         row.ok = dev_time_median(b, launch_fwd, &fa, st->warmup, st->iters, &row.seconds) == 0;
         progress_done(&row);
@@ -339,13 +351,13 @@ static int bench_group(run_state *st, const bench_options *o, fusednorm_norm nor
     ba.eps = fa.eps;
     ba.dy = (fusednorm_tensor){dy, dt, 0};
     ba.x = (fusednorm_tensor){res ? rout : x, dt, 0};
-    ba.weight = (fusednorm_tensor){w, wt, 0};
+    if (weight) ba.weight = (fusednorm_tensor){w, wt, 0};
     if (res) ba.dresidual_out = (fusednorm_tensor){dres, dt, 0};
     ba.rstd = rstd;
     ba.mean = mean;
     ba.dx = (fusednorm_tensor){gx, dt, 0};
     if (res == 1) ba.dresidual = (fusednorm_tensor){gres, dt, 0};
-    ba.dweight = (fusednorm_tensor){gw, wt, 0};
+    if (weight) ba.dweight = (fusednorm_tensor){gw, wt, 0};
     if (ln) ba.dbias = (fusednorm_tensor){gb, wt, 0};
     ba.backend = b;
 
@@ -364,7 +376,7 @@ static int bench_group(run_state *st, const bench_options *o, fusednorm_norm nor
         bench_row row = base;
         row.pass = variant ? "bwd-atomic" : "bwd";
         ba.flags = variant ? FUSEDNORM_ATOMIC_DWEIGHT : 0;
-        row.bytes = bwd_bytes(M, N, a, p, res, ln);
+        row.bytes = bwd_bytes(M, N, a, p, res, ln, weight);
         progress(st, &row);
         row.ok = dev_time_median(b, launch_bwd, &ba, st->warmup, st->iters, &row.seconds) == 0;
         progress_done(&row);
@@ -441,13 +453,14 @@ int bench_run(const bench_options *opts)
             }
 
     printf("# fusednorm bench on %s (%s); copy bandwidth %.1f GB/s (%.0f MiB copy, read + written); "
-           "median of %d launches\n",
-           dev_backend_name(o.backend), device, copy_bps * 1e-9, (double)copy_size / (1 << 20), st.iters);
+           "median of %d launches%s\n",
+           dev_backend_name(o.backend), device, copy_bps * 1e-9, (double)copy_size / (1 << 20), st.iters,
+           o.no_weight ? "; no weight (--no-weight)" : "");
     printf("%-4s %-8s %8s %8s %-5s %-10s %12s %10s %7s%s\n", "norm", "dtype", "rows", "cols", "res", "pass", "time_us",
            "GB/s", "%copy", o.same_copy ? "   %same" : "");
     if (csv)
         fprintf(csv, "backend,device,norm,dtype,rows,cols,residual,bias,pass,iters,bytes,median_us,gbps,"
-                     "copy_gbps,pct_copy,ok,same_copy_gbps,pct_same_copy\n");
+                     "copy_gbps,pct_copy,ok,same_copy_gbps,pct_same_copy,weight\n");
     for (int i = 0; i < nrows; i++) {
         const bench_row *r = &rows[i];
         double gbps = r->ok ? r->bytes / r->seconds * 1e-9 : 0.0, pct = r->ok ? 100.0 * gbps / (copy_bps * 1e-9) : 0.0;
@@ -467,10 +480,10 @@ int bench_run(const bench_options *opts)
                    (long long)r->rows, (long long)r->cols, res_label(r->residual), r->pass, "FAILED", "-", "-",
                    same_cell);
         if (csv)
-            fprintf(csv, "%s,\"%s\",%s,%s,%lld,%lld,%d,%d,%s,%d,%.0f,%.3f,%.2f,%.2f,%.2f,%d,%s\n",
+            fprintf(csv, "%s,\"%s\",%s,%s,%lld,%lld,%d,%d,%s,%d,%.0f,%.3f,%.2f,%.2f,%.2f,%d,%s,%d\n",
                     dev_backend_name(o.backend), device, norm_short(r->norm), dtype_label(r),
                     (long long)r->rows, (long long)r->cols, r->residual, r->bias, r->pass, st.iters, r->bytes,
-                    r->seconds * 1e6, gbps, copy_bps * 1e-9, pct, r->ok, same_csv);
+                    r->seconds * 1e6, gbps, copy_bps * 1e-9, pct, r->ok, same_csv, !r->no_weight);
     }
     free(rows);
     if (csv && fclose(csv) != 0) {

@@ -137,6 +137,7 @@ typedef struct bench_options {
     int64_t cols[CLI_MAX_LIST];
     int ncols;
     int residual;
+    int no_weight;                /* --no-weight: neither weight nor dweight */
     int run_fwd, run_bwd, atomic;
     int same_copy;                /* also time a copy of each case's bytes (--same-size-copy) */
     int iters;                    /* 0: the backend's default */
