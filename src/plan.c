@@ -116,9 +116,10 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
      * +12.1 / +13.4%; 48 KiB bf16 +2.9 / -1.1%, fp32 +2.6 / +3.4%; 32 KiB
      * (bf16 16384, fp32 8192) -2 / -3%, which stay streamed (docs/perf.md
      * step 79). */
-    /* RMSNorm's common call past 64 KiB (16-bit, or fp32 with a weight):
-     * the register tile over a cluster, whose row sums meet by the exchange
-     * (plan.h, FN_PLAN_FWD_ROWS_CLUSTER_*); LayerNorm and the rest are held. */
+    /* RMSNorm's common call past 64 KiB (16-bit, or fp32 with a weight) and
+     * its residual call from 32 KiB: the register tile over a cluster, whose
+     * row sums meet by the exchange (plan.h, FN_PLAN_FWD_ROWS_CLUSTER_*);
+     * LayerNorm and the rest are held. */
     if (fn_plan_fwd_rows_cluster_call(pb) &&
         fn_plan_use_fwd_rows_cluster(&best, pb->cols, pb->x_bytes, pb->max_cluster, pb->stream == FN_STREAM_RESIDUAL))
         return best;

@@ -89,6 +89,19 @@ static int expect_rows_cluster(int64_t cols, int x_bytes, int residual, int *tpr
     return 0;
 }
 
+/* A forward plan of the register tile over a cluster, one row a CTA of tpr
+ * threads, as expected, and one the cluster exchange takes. */
+static void expect_tile(const fn_plan *p, int cluster, int tpr, int ept, int vec)
+{
+    ASSERT_EQ_INT(p->path, FN_PATH_ROWS_IN_REGISTERS);
+    ASSERT_EQ_INT(p->cluster, cluster);
+    ASSERT_EQ_INT(p->tpr, tpr);
+    ASSERT_EQ_INT(p->threads, tpr);
+    ASSERT_EQ_INT(p->ept, ept);
+    ASSERT_EQ_INT(p->vec, vec);
+    ASSERT_TRUE(fn_plan_cluster_xchg_ok(p->cluster, p->rows_per_block, p->tpr, p->threads));
+}
+
 static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc, int wide, int stream)
 {
     fn_plan_problem pb = {is_bwd, cols, x_bytes, vec_ok, cc, 16, wide, 0, stream, 0, 0, 0, 0, 0};
@@ -536,14 +549,7 @@ int main(void)
         ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), rows_cl[i].cols * xb > 65536);
         fn_plan p = fn_plan_make(&pb);
         ASSERT_EQ_INT(p.path == FN_PATH_ROWS_IN_REGISTERS, rows_cl[i].cluster > 0);
-        if (rows_cl[i].cluster) {
-            ASSERT_EQ_INT(p.cluster, rows_cl[i].cluster);
-            ASSERT_EQ_INT(p.tpr, rows_cl[i].tpr);
-            ASSERT_EQ_INT(p.threads, rows_cl[i].tpr);
-            ASSERT_EQ_INT(p.ept, rows_cl[i].ept);
-            ASSERT_EQ_INT(p.vec, 16 / xb);
-            ASSERT_TRUE(fn_plan_cluster_xchg_ok(p.cluster, p.rows_per_block, p.tpr, p.threads));
-        }
+        if (rows_cl[i].cluster) expect_tile(&p, rows_cl[i].cluster, rows_cl[i].tpr, rows_cl[i].ept, 16 / xb);
         fn_plan_problem other[4] = {pb, pb, pb, pb};
         other[0].is_ln = 1;
         other[1].w32 = xb == 2;
@@ -582,13 +588,8 @@ int main(void)
         ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), res_cl[i].cols * xb >= 32768);
         fn_plan p = fn_plan_make(&pb);
         ASSERT_EQ_INT(p.path == FN_PATH_ROWS_IN_REGISTERS, res_cl[i].cluster > 0);
-        if (res_cl[i].cluster) {
-            ASSERT_EQ_INT(p.cluster, res_cl[i].cluster);
-            ASSERT_EQ_INT(p.tpr, res_cl[i].tpr);
-            ASSERT_EQ_INT(p.threads, res_cl[i].tpr);
-            ASSERT_EQ_INT(p.ept, xb == 2 ? 32 : 16);
-            ASSERT_EQ_INT(p.vec, 16 / xb);
-        } else if (res_cl[i].cols * xb > 32768) {
+        if (res_cl[i].cluster) expect_tile(&p, res_cl[i].cluster, res_cl[i].tpr, xb == 2 ? 32 : 16, 16 / xb);
+        else if (res_cl[i].cols * xb > 32768) {
             ASSERT_EQ_INT(p.path, FN_PATH_HELD); /* held over a cluster as before */
         }
         pb.is_ln = 1; /* LayerNorm's residual call: held */

@@ -293,12 +293,13 @@ static int bench_group(run_state *st, const bench_options *o, fusednorm_norm nor
         fprintf(stderr, "fusednorm bench: out of host memory (%zu bytes)\n", mat);
         goto fail;
     }
-    if (dev_alloc(b, &x, mat) || dev_alloc(b, &y, mat) || dev_alloc(b, &w, vec) || dev_alloc(b, &rstd, (size_t)M * 4) ||
+    if (dev_alloc(b, &x, mat) || dev_alloc(b, &y, mat) || (weight && dev_alloc(b, &w, vec)) || dev_alloc(b, &rstd, (size_t)M * 4) ||
         (ln && (dev_alloc(b, &bias, vec) || dev_alloc(b, &mean, (size_t)M * 4))) ||
         (res && (dev_alloc(b, &r, mat) || dev_alloc(b, &rout, mat))))
         goto fail;
     uint64_t seed = (uint64_t)(M * 131 + N) * 8 + (uint64_t)dtype_choice;
-    if (upload_random(b, x, staging, dt, M * N, -2.0, 2.0, seed) || upload_random(b, w, staging, wt, N, 0.5, 1.5, seed + 1) ||
+    if (upload_random(b, x, staging, dt, M * N, -2.0, 2.0, seed) ||
+        (weight && upload_random(b, w, staging, wt, N, 0.5, 1.5, seed + 1)) ||
         (ln && upload_random(b, bias, staging, wt, N, -0.5, 0.5, seed + 2)) ||
         (res && upload_random(b, r, staging, dt, M * N, -1.0, 1.0, seed + 3)))
         goto fail;
@@ -338,7 +339,7 @@ static int bench_group(run_state *st, const bench_options *o, fusednorm_norm nor
     }
 
     /* The backward: its rstd/mean come from the forward just run. */
-    if (dev_alloc(b, &dy, mat) || dev_alloc(b, &gx, mat) || dev_alloc(b, &gw, vec) ||
+    if (dev_alloc(b, &dy, mat) || dev_alloc(b, &gx, mat) || (weight && dev_alloc(b, &gw, vec)) ||
         (ln && dev_alloc(b, &gb, vec)) || (res && (dev_alloc(b, &dres, mat) || dev_alloc(b, &gres, mat))))
         goto fail;
     if (upload_random(b, dy, staging, dt, M * N, -1.0, 1.0, seed + 4) ||

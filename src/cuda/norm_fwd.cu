@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
     /* fp32 rows go without it but over a cluster: their loads are not the
      * bottleneck (88% of copy at N = 4096), and the cache path doubled their
      * registers (64 -> 128). */
-    const bool wcache = PROMISE || ((sizeof(TX) == 2 || PLAIN == 3) && p.wcache);
+    const bool wcache = PROMISE || ((sizeof(TX) == 2 || PLAIN == FWD_CLUSTER_GENERAL) && p.wcache);
     /* Whether column col of this CTA's slice lies in the row. */
     auto in_row = [&](int64_t col) { return (PROMISE && EXACT) || col < N; };
     /* x (and the residual) staged with the L2 policy evict_last (step 57). */
@@ -766,12 +766,9 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
  * a call; 1: without bias; 2: with a bias (LayerNorm's usual case: a variant
  * of its own, since a run-time bias test kept the general kernel's registers).
  * The backend's occupancy cache keys on the same features (occ_variant). */
-/* The common call: a weight, no residual, y of x's dtype. */
-static bool fwd_plain_call(const fn_fwd_params &q) { return q.w && !q.res && !q.res_out && q.dt_y == q.dt_x; }
-
 static int fwd_is_plain(const fn_fwd_params &q)
 {
-    if (!(q.pipe && q.wcache && fwd_plain_call(q))) return 0;
+    if (!(q.pipe && q.wcache && q.w && !q.res && !q.res_out && q.dt_y == q.dt_x)) return 0;
     return q.b ? 2 : 1;
 }
 
