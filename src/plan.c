@@ -294,7 +294,7 @@ int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u)
 static int bwd_odd_plan(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int max_cluster, int wide, int is_ln)
 {
     const int vec = 16 / x_bytes;
-    const fn_plan_problem pb = {1, cols / vec * vec, x_bytes, 1, cc_major, max_cluster, wide, 0, 0, 0, 0, is_ln, 0, 0};
+    const fn_plan_problem pb = {1, cols / vec * vec, x_bytes, 1, cc_major, max_cluster, wide, 0, 0, 0, 0, is_ln, 0};
     fn_plan o = fn_plan_make(&pb);
     /* a lane for each head and tail element (at most 2 * (vec - 1) = 14) */
     _Static_assert(FN_PLAN_BWD_ODD_MIN_TPR >= 2 * (16 / 2 - 1), "the ODD tile's edge lanes");
@@ -346,14 +346,12 @@ int fn_plan_use_held_cluster(fn_plan *pl, int64_t cols, int x_bytes, int u, int 
 int fn_plan_fwd_rows_cluster_call(const fn_plan_problem *pb)
 {
     /* The common call past 64 KiB; the residual call from
-     * FN_PLAN_STREAM_FWD_RES_BYTES, where it streams or is held. fp32 without
-     * a weight stays held: its general kernel over a cluster (step 94) has
-     * not been timed there (the bench has no call without a weight). */
+     * FN_PLAN_STREAM_FWD_RES_BYTES, where it streams or is held. A call
+     * without a weight runs the PLAIN kernel with a weight of ones (step 95). */
     const int64_t bytes = pb->cols * pb->x_bytes;
     const int rows = (pb->stream == FN_STREAM_COMMON && bytes > FN_PLAN_STREAM_FWD_BYTES) ||
                      (pb->stream == FN_STREAM_RESIDUAL && bytes >= FN_PLAN_STREAM_FWD_RES_BYTES);
-    return !pb->is_bwd && !pb->is_ln && pb->vec_ok && (pb->x_bytes == 2 || !pb->no_weight) && pb->cc_major >= 9 &&
-           !pb->w32 && rows;
+    return !pb->is_bwd && !pb->is_ln && pb->vec_ok && pb->cc_major >= 9 && !pb->w32 && rows;
 }
 
 static int is_f32_wide_cluster(int64_t c) { return c == 3 || c == 4 || c == 8 || c == 16; }

@@ -139,7 +139,7 @@ static void test_odd_grid(void)
  * 91, fp32: 20000 in 5 x 256, 32768 in 8 x 256, 65536 in 8 x 512), the row
  * sums met by the cluster exchange, against the CPU backend: the plain call
  * (the PLAIN variants, with and without a bias), weight_offset, and no
- * weight (the general kernel), on 9 rows; the plain call again on 300 rows,
+ * weight (PLAIN with a weight of ones, step 95), on 9 rows; the plain call again on 300 rows,
  * more than the resident clusters (33 and 16 on the H200), so that each
  * cluster walks several rows and the exchange's buffers and mbarrier phases
  * turn over (a wrong parity hangs or reads a stale sum). device.sh's check
@@ -148,9 +148,8 @@ static void test_fwd_rows_cluster(void)
 {
     /* 16-bit: 5 x 256 (inexact), 8 x 256, 8 x 512; fp32 (steps 91, 93): 5 x
      * 256 (inexact), 3 x 256 and 4 x 256 at 32 elements, 8 x 384, 8 x 256
-     * at 32, 16 x 384, 16 x 256 at 32, and without a weight (16-bit: the
-     * general kernel; fp32: held, and below through the knob the general
-     * kernel over a cluster of step 94) */
+     * at 32, 16 x 384, 16 x 256 at 32, and without a weight (a weight of
+     * ones in the cache: step 95) */
     static const int64_t cols[] = {40000, 65536, 131072, 20000, 24576, 32768, 49152, 65536, 98304, 131072};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
         for (int f = 0; f < 5; f++) {
@@ -164,8 +163,8 @@ static void test_fwd_rows_cluster(void)
             gpu_vs_cpu(&c, "forward over a cluster: gpu vs cpu");
         }
 #if FUSEDNORM_WITH_CUDA
-    /* fp32 without a weight over a cluster (FWD_CLUSTER_GENERAL), which the
-     * planner holds: through the knob, 8 x 256 exact and 5 x 256 not. */
+    /* fp32 without a weight over a cluster at EPT 16 (PLAIN with a weight of
+     * ones, step 95), through the knob: 8 x 256 exact and 5 x 256 not. */
     static const struct { int64_t cols; const char *plan; } nw[] = {{32768, "16,256,8"}, {20000, "16,256,5"}};
     for (size_t i = 0; i < sizeof nw / sizeof nw[0]; i++) {
         setenv("FUSEDNORM_PLAN_FWD", nw[i].plan, 1);

@@ -713,7 +713,10 @@ __device__ __forceinline__ void unstage_vector(const uint4 *slot, int stride, in
  * 32 bytes and take 8 shared wavefronts instead of 4 (ncu counted half of
  * the forward's shared wavefronts as bank conflicts). So each vector's
  * float4 q is stored at float4 slot (k*VEC/4 + q)*tpr + lane: a warp reads
- * 512 consecutive bytes. For VEC <= 4 this is the column order. */
+ * 512 consecutive bytes. For VEC <= 4 this is the column order.
+ *
+ * src == nullptr: a weight of ones (the forward's PLAIN kernels run a call
+ * without a weight so, see launch_rows). */
 template <int VEC> __device__ __forceinline__ int cache_pos(int c, int tpr)
 {
     if constexpr (VEC % 4 == 0 && VEC > 4) {
@@ -730,7 +733,7 @@ __device__ __forceinline__ void fill_column_cache(float *cache, const void *src,
 {
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
         const int64_t col = slice + c;
-        cache[cache_pos<VEC>(c, tpr)] = col < N ? load_any(src, dt, col) + add : 0.0f;
+        cache[cache_pos<VEC>(c, tpr)] = col >= N ? 0.0f : src ? load_any(src, dt, col) + add : 1.0f;
     }
 }
 

@@ -766,9 +766,9 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
  * a call; 1: without bias; 2: with a bias (LayerNorm's usual case: a variant
  * of its own, since a run-time bias test kept the general kernel's registers).
  * The backend's occupancy cache keys on the same features (occ_variant). */
-static int fwd_is_plain(const fn_fwd_params &q)
+static int fwd_is_plain(const fn_fwd_params &q, bool ones = false)
 {
-    if (!(q.pipe && q.wcache && q.w && !q.res && !q.res_out && q.dt_y == q.dt_x)) return 0;
+    if (!(q.pipe && q.wcache && (q.w || ones) && !q.res && !q.res_out && q.dt_y == q.dt_x)) return 0;
     return q.b ? 2 : 1;
 }
 
@@ -876,13 +876,18 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
      * rather than fail the launch. */
     q.pipe = staged_dtype && smem > 0 && smem <= FN_MAX_STAGE_BYTES && smem <= (size_t)p.smem_max;
     if (!q.pipe) smem = 0;
-    /* The weight (and bias) cache after the stages: the CTA's tpr*EPT columns in fp32. */
-    const size_t cache_bytes = (size_t)((p.w != nullptr) + (p.b != nullptr)) * p.tpr * EPT * sizeof(float);
+    /* The weight (and bias) cache after the stages: the CTA's tpr*EPT columns
+     * in fp32. A call without a weight that is otherwise the common one
+     * caches a weight of ones and takes the PLAIN kernel: one FMUL an element
+     * instead of the general kernel's branches (bf16 65536 over 8 CTAs without
+     * a weight: 72.0 -> 91.9% of copy; docs/perf.md step 95). */
+    const bool ones = !p.w && !p.res && !p.res_out && p.dt_y == p.dt_x && q.pipe;
+    const size_t cache_bytes = (size_t)((p.w != nullptr || ones) + (p.b != nullptr)) * p.tpr * EPT * sizeof(float);
     q.wcache = staged_dtype && cache_bytes > 0 && smem + cache_bytes <= (size_t)p.smem_max;
     q.wcache_off = (int)smem;
     if (q.wcache) smem += cache_bytes;
     if constexpr (VEC > 1 && (sizeof(TX) == 2 || F32_PLAIN_OK)) {
-        switch (fwd_is_plain(q)) {
+        switch (fwd_is_plain(q, ones)) {
         case 1: return launch_plain<TX, VEC, EPT, 1>(q, grid, threads, smem, stream, active);
         case 2: return launch_plain<TX, VEC, EPT, 2>(q, grid, threads, smem, stream, active);
         }
