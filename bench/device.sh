@@ -61,7 +61,7 @@ if has tests; then
   # does so here (the held forward's clusters at 65536 and 131072, fp32 49152
   # and 131072 in the register tile over 8 x 384 and 16 x 512, its rows off
   # 16 bytes at 4097, 7 rows each).
-  FUSEDNORM_GRID_CAP=2 "$FN" check --backend cuda --cols 1024,4096,4097,49152,65536,131072 --rows 7 --quiet \
+  FUSEDNORM_GRID_CAP=2 "$FN" check --backend cuda --cols 1024,4096,4097,24576,40000,49152,65536,131072 --rows 7 --quiet \
     >"$OUT/check_cuda_capped.log" 2>&1
   echo "fusednorm check --backend cuda, grids capped at 2: exit $? ($(tail -1 "$OUT/check_cuda_capped.log"))" |
     tee -a "$SUMMARY"

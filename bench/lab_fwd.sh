@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The forward's plans side by side, one bench line each (time us, GB/s, % of
 # copy): LAB_FWD="norm dtype cols plan [res] [nw]; ..." with plan "-" (the
-# planner's), "held" (FUSEDNORM_FWD_ROWS_CLUSTER=0: RMSNorm's rows past 64 KiB
-# held, the plan before step 90) or "ept,tpr,cluster" (FUSEDNORM_PLAN_FWD);
+# planner's), "held" (FUSEDNORM_FWD_ROWS_CLUSTER=0: the register tile's rows
+# over a cluster held, the plan before steps 90 and 96) or "ept,tpr,cluster"
+# (FUSEDNORM_PLAN_FWD);
 # res: the residual call; nw: no weight (--no-weight). BUILD: the carried
 # build (default .devbin).
 FN=${BUILD:-.devbin}/fusednorm

@@ -116,10 +116,10 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
      * +12.1 / +13.4%; 48 KiB bf16 +2.9 / -1.1%, fp32 +2.6 / +3.4%; 32 KiB
      * (bf16 16384, fp32 8192) -2 / -3%, which stay streamed (docs/perf.md
      * step 79). */
-    /* RMSNorm's common call past 64 KiB (16-bit, or fp32 with a weight) and
-     * its residual call from 32 KiB: the register tile over a cluster, whose
-     * row sums meet by the exchange (plan.h, FN_PLAN_FWD_ROWS_CLUSTER_*);
-     * LayerNorm and the rest are held. */
+    /* The common call past 64 KiB and RMSNorm's residual call from 32 KiB:
+     * the register tile over a cluster, whose row sums meet by the exchange
+     * (plan.h, FN_PLAN_FWD_ROWS_CLUSTER_*; LayerNorm's clusters stop at the
+     * backend's FN_FWD_LN_MAX_CLUSTER); the rest are held. */
     if (fn_plan_fwd_rows_cluster_call(pb) &&
         fn_plan_use_fwd_rows_cluster(&best, pb->cols, pb->x_bytes, pb->max_cluster, pb->stream == FN_STREAM_RESIDUAL))
         return best;
@@ -345,13 +345,16 @@ int fn_plan_use_held_cluster(fn_plan *pl, int64_t cols, int x_bytes, int u, int 
 
 int fn_plan_fwd_rows_cluster_call(const fn_plan_problem *pb)
 {
-    /* The common call past 64 KiB; the residual call from
-     * FN_PLAN_STREAM_FWD_RES_BYTES, where it streams or is held. A call
-     * without a weight runs the PLAIN kernel with a weight of ones (step 95). */
+    /* The common call past 64 KiB; RMSNorm's residual call from
+     * FN_PLAN_STREAM_FWD_RES_BYTES, where it streams or is held (LayerNorm's
+     * is not timed in the tile). A call without a weight runs the PLAIN
+     * kernel with a weight of ones (step 95); LayerNorm's statistics cross
+     * the cluster in one exchange (step 96: bf16 65536 72.1 -> 78.3% of
+     * copy, fp32 32768 77.9 -> 88.3). */
     const int64_t bytes = pb->cols * pb->x_bytes;
     const int rows = (pb->stream == FN_STREAM_COMMON && bytes > FN_PLAN_STREAM_FWD_BYTES) ||
-                     (pb->stream == FN_STREAM_RESIDUAL && bytes >= FN_PLAN_STREAM_FWD_RES_BYTES);
-    return !pb->is_bwd && !pb->is_ln && pb->vec_ok && pb->cc_major >= 9 && !pb->w32 && rows;
+                     (pb->stream == FN_STREAM_RESIDUAL && !pb->is_ln && bytes >= FN_PLAN_STREAM_FWD_RES_BYTES);
+    return !pb->is_bwd && !pb->no_tile && pb->vec_ok && pb->cc_major >= 9 && !pb->w32 && rows;
 }
 
 static int is_f32_wide_cluster(int64_t c) { return c == 3 || c == 4 || c == 8 || c == 16; }

@@ -58,6 +58,8 @@ typedef struct fn_plan_problem {
                            * 64 KiB stay held (fn_plan_fwd_rows_cluster_call) */
     int64_t rows;         /* backward: the row count (0: not known). Small problems (FN_PLAN_SMALL_BWD_*)
                            * take at most 8 elements a thread, spread over more threads and CTAs */
+    int no_tile;          /* forward: not the register tile over a cluster (fn_plan_fwd_rows_cluster_call),
+                           * held or streamed as before step 90 (the lab's FUSEDNORM_FWD_ROWS_CLUSTER=0) */
 } fn_plan_problem;
 
 /* The backward of a small problem (rows * cols up to FN_PLAN_SMALL_BWD_ELEMENTS,

@@ -101,6 +101,16 @@ static void plant_outliers(th_tensor *t)
     th_upload(t);
 }
 
+/* x_offset added to the odd rows' values, rounded to the dtype again (the
+ * shadow is what the reference and the other backend read). */
+static void offset_odd_rows(th_tensor *t, float off)
+{
+    for (int64_t i = 1; i < t->rows; i += 2)
+        for (int64_t j = 0; j < t->cols; j++)
+            fn_store(th_host(t), t->dtype, i * t->stride + j, (float)th_get(t, i, j) + off);
+    th_upload(t);
+}
+
 static double *dmalloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(double)); }
 
 static double wprime(const th_tensor *w, int on, float off, int64_t j)
@@ -123,6 +133,7 @@ static int run_fwd(const th_case *c, fusednorm_backend be, const th_tensor *w, c
     memset(&mean, 0, sizeof mean);
     th_alloc(&x, be, c->x, R, N, stride_for(c, 1), c->misalign);
     th_fill(&x, -2.0, 2.0);
+    if (c->x_offset != 0.0f) offset_odd_rows(&x, c->x_offset);
     if (c->nonfinite) plant_nonfinite(&x, 0);
     if (c->outliers) plant_outliers(&x);
     if (c->residual_on) {
@@ -265,6 +276,7 @@ static int run_bwd(const th_case *c, fusednorm_backend be, const th_tensor *w, t
     memset(&mean, 0, sizeof mean);
     th_alloc(&x, be, xdt, R, N, stride_for(c, 1), c->misalign);
     th_fill(&x, -2.0, 2.0);
+    if (c->x_offset != 0.0f) offset_odd_rows(&x, c->x_offset);
     th_alloc(&dy, be, c->dy, R, N, stride_for(c, 2), c->misalign);
     th_fill(&dy, -1.0, 1.0);
     if (c->nonfinite) {

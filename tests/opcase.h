@@ -32,6 +32,8 @@ typedef struct th_case {
     int outliers;  /* x = +2^17 in column 0, -2^16 in column 8 of every row (fp32, bf16 only): a
                     * few large activations (as LLMs have in a few channels) must not cost the
                     * statistics their accuracy */
+    float x_offset; /* added to the odd rows of x (uniform in [-2, 2]): rows whose mean is far
+                     * from zero against their spread, between rows about zero */
 } th_case;
 
 /* Outputs kept for cross-backend comparison (dense doubles, with the

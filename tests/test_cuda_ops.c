@@ -204,26 +204,32 @@ static void test_fwd_rows_cluster(void)
 }
 
 #if FUSEDNORM_WITH_CUDA
-/* LayerNorm's forward in the register tile over a cluster, which the
- * planner gives no LayerNorm call past 64 KiB but the lab knob (read on every
- * call) reaches: the two reductions a row by the exchange (mean, then the
- * centred squares). Exact tiles (8 x 256 at the compiled tpr 256, 8 x 512,
+/* LayerNorm's forward in the register tile over a cluster, the planner's
+ * plans and others, through the lab knob (read on every call): the sum and the squares in one exchange, or,
+ * where the mean is far from zero against the spread, the centred squares in
+ * a second (step 96). Exact tiles (8 x 256 at the compiled tpr 256, 8 x 512,
  * fp32 8 x 256), inexact ones (5 x 256) and a cluster of 2; with a bias,
- * without one, without a weight, mean and rstd stored, the outlier rows, and
- * 300 rows walking the grid. */
+ * without one, without a weight, mean and rstd stored, the outlier rows, 300
+ * rows walking the grid, and 300 rows of which the odd ones lie about 100
+ * (x_offset): those take the second exchange, so that the exchange's buffers
+ * and mbarrier phases turn over at one and two reductions a row in turn. */
 static void test_fwd_ln_cluster(void)
 {
     static const struct { int64_t cols; fusednorm_dtype dt; const char *plan; } cases[] = {
         {65536, FUSEDNORM_BF16, "32,256,8"}, {131072, FUSEDNORM_F16, "32,512,8"}, {40000, FUSEDNORM_BF16, "32,256,5"},
         {16384, FUSEDNORM_BF16, "32,256,2"}, {32768, FUSEDNORM_F32, "16,256,8"},  {20000, FUSEDNORM_F32, "16,256,5"},
+        /* the planner's fp32 tiles (step 96): 32 elements in 3 / 4 / 8 x 256, 8 x 384 at 16 */
+        {24576, FUSEDNORM_F32, "32,256,3"},  {32768, FUSEDNORM_F32, "32,256,4"},  {65536, FUSEDNORM_F32, "32,256,8"},
+        {49152, FUSEDNORM_F32, "16,384,8"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         setenv("FUSEDNORM_PLAN_FWD", cases[i].plan, 1);
-        for (int f = 0; f < 5; f++) {
-            th_case c = th_case_default(FUSEDNORM_LAYERNORM, f == 4 ? 300 : 9, cases[i].cols, cases[i].dt);
+        for (int f = 0; f < 6; f++) {
+            th_case c = th_case_default(FUSEDNORM_LAYERNORM, f >= 4 ? 300 : 9, cases[i].cols, cases[i].dt);
             c.bias_on = f != 1;
             c.weight_on = f != 2;
             c.outliers = f == 3 && cases[i].dt != FUSEDNORM_F16;
+            c.x_offset = f == 5 ? 100.0f : 0.0f;
             c.store_rstd = c.store_mean = 1;
             c.skip_bwd = 1;
             gpu_vs_cpu(&c, "layernorm forward over a cluster: gpu vs cpu");

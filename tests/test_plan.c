@@ -236,7 +236,7 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof streamed / sizeof streamed[0]; i++) {
         for (int cc = streamed[i].stream == FN_STREAM_NONE ? 9 : 8; cc <= 9; cc++) {
-            /* LayerNorm: the held rule (RMSNorm's rows past 64 KiB: below) */
+            /* LayerNorm: the held rule (the register tile's rows: below) */
             fn_plan_problem pb = {0, streamed[i].cols, streamed[i].x_bytes, 1, cc, 16, 0, 0, streamed[i].stream, 0, 0, 1, 0};
             snprintf(th_context, sizeof th_context, "streams: cols %lld x_bytes %d stream %d sm_%d0",
                      (long long)streamed[i].cols, streamed[i].x_bytes, streamed[i].stream, cc);
@@ -244,6 +244,15 @@ int main(void)
             const int held = streamed[i].stream != FN_STREAM_NONE && !streamed[i].streams;
             const int cluster = cc >= 9 ? streamed[i].cluster : 0;
             const fn_plan p = fn_plan_make(&pb);
+            /* rows the register tile takes (step 96: LayerNorm's common call
+             * past 64 KiB too) bypass the held rule */
+            fn_plan tile;
+            if (fn_plan_fwd_rows_cluster_call(&pb) &&
+                fn_plan_use_fwd_rows_cluster(&tile, pb.cols, pb.x_bytes, pb.max_cluster, 0)) {
+                ASSERT_EQ_INT(p.path, FN_PATH_ROWS_IN_REGISTERS);
+                ASSERT_EQ_INT(p.cluster, tile.cluster);
+                continue;
+            }
             ASSERT_EQ_INT(p.path, cluster                ? FN_PATH_HELD
                                   : streamed[i].streams ? FN_PATH_TWO_PASS
                                   : held                ? FN_PATH_HELD
@@ -527,12 +536,13 @@ int main(void)
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).threads, 512);
     ln_fwd.cols = 524288;
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).path, FN_PATH_TWO_PASS);
-    ln_fwd.cols = 131072;
+    ln_fwd.cols = 131072; /* the register tile (step 96): 8 x 512 */
+    ASSERT_EQ_INT(fn_plan_make(&ln_fwd).path, FN_PATH_ROWS_IN_REGISTERS);
     ASSERT_EQ_INT(fn_plan_make(&ln_fwd).cluster, 8);
-    ASSERT_EQ_INT(fn_plan_make(&ln_fwd).threads, 256);
+    ASSERT_EQ_INT(fn_plan_make(&ln_fwd).threads, 512);
     /* RMSNorm's forward of the common call past 64 KiB (steps 90, 91, 93,
      * 94): the register tile over a cluster, for the shapes docs/perf.md
-     * measured, and not for LayerNorm, w32, sm_80 or (fp32) no weight */
+     * measured, LayerNorm's of up to 8 CTAs too, and not for w32 or sm_80 */
     struct { int64_t cols; int x_bytes, cluster, tpr, ept; } rows_cl[] = {
         {32768, 2, 0, 0, 0},     {32776, 2, 5, 224, 32},  {40000, 2, 5, 256, 32},  {49152, 2, 6, 256, 32},
         {65536, 2, 8, 256, 32},  {65544, 2, 0, 0, 0},     {73728, 2, 0, 0, 0},     {98304, 2, 0, 0, 0},
@@ -550,12 +560,22 @@ int main(void)
         fn_plan p = fn_plan_make(&pb);
         ASSERT_EQ_INT(p.path == FN_PATH_ROWS_IN_REGISTERS, rows_cl[i].cluster > 0);
         if (rows_cl[i].cluster) expect_tile(&p, rows_cl[i].cluster, rows_cl[i].tpr, rows_cl[i].ept, 16 / xb);
-        fn_plan_problem other[4] = {pb, pb, pb, pb};
-        other[0].is_ln = 1;
-        other[1].w32 = 1;
-        other[2].vec_ok = 0;
-        other[3].cc_major = 8;
-        for (int k = 0; k < 4; k++) {
+        /* LayerNorm (step 96) at the backend's FN_FWD_LN_MAX_CLUSTER: the same
+         * tile where it has at most 8 CTAs */
+        fn_plan_problem ln = pb;
+        ln.is_ln = 1;
+        ln.max_cluster = FN_FWD_LN_MAX_CLUSTER;
+        ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&ln), fn_plan_fwd_rows_cluster_call(&pb));
+        p = fn_plan_make(&ln);
+        if (rows_cl[i].cluster && rows_cl[i].cluster <= FN_FWD_LN_MAX_CLUSTER)
+            expect_tile(&p, rows_cl[i].cluster, rows_cl[i].tpr, rows_cl[i].ept, 16 / xb);
+        else
+            ASSERT_TRUE(p.path != FN_PATH_ROWS_IN_REGISTERS || p.cluster <= FN_FWD_LN_MAX_CLUSTER);
+        fn_plan_problem other[3] = {pb, pb, pb};
+        other[0].w32 = 1;
+        other[1].vec_ok = 0;
+        other[2].cc_major = 8;
+        for (int k = 0; k < 3; k++) {
             ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&other[k]), 0);
             p = fn_plan_make(&other[k]);
             ASSERT_TRUE(p.path != FN_PATH_ROWS_IN_REGISTERS || p.cluster <= 8);
@@ -582,6 +602,9 @@ int main(void)
         snprintf(th_context, sizeof th_context, "residual rows cluster: cols %lld x_bytes %d", (long long)res_cl[i].cols,
                  xb);
         ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), res_cl[i].cols * xb >= 32768);
+        fn_plan_problem ln = pb; /* LayerNorm's residual call: not timed in the tile, off it */
+        ln.is_ln = 1;
+        ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&ln), 0);
         fn_plan p = fn_plan_make(&pb);
         ASSERT_EQ_INT(p.path == FN_PATH_ROWS_IN_REGISTERS, res_cl[i].cluster > 0);
         if (res_cl[i].cluster) expect_tile(&p, res_cl[i].cluster, res_cl[i].tpr, xb == 2 ? 32 : 16, 16 / xb);

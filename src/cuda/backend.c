@@ -327,12 +327,13 @@ static void plan_override(const char *var, const fn_plan_problem *pb, fn_plan *p
  * after it, still wins. Read on every call. Not for production. */
 static void held_override(const fn_plan_problem *pb, fn_plan *pl)
 {
-    /* FUSEDNORM_FWD_ROWS_CLUSTER=0: RMSNorm's rows past 64 KiB held over a
-     * cluster as LayerNorm's are (the plan before step 90, for A/B). */
+    /* FUSEDNORM_FWD_ROWS_CLUSTER=0: the rows of the register tile over a
+     * cluster held (or streamed) instead (the plan before steps 90 and 96,
+     * for A/B). */
     const char *r = getenv("FUSEDNORM_FWD_ROWS_CLUSTER");
     if (r && strcmp(r, "0") == 0 && fn_plan_fwd_rows_cluster_call(pb)) {
         fn_plan_problem held = *pb;
-        held.is_ln = 1; /* the planner's rule for LayerNorm: held */
+        held.no_tile = 1;
         *pl = fn_plan_make(&held);
     }
     /* FUSEDNORM_FWD_HELD_CTA=T: the clustered held plan with CTAs of at most

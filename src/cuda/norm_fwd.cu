@@ -55,6 +55,14 @@ namespace fn {
 __host__ __device__ constexpr bool fwd_lb_four(int tpr) { return tpr > 0 && tpr < 32; }
 /* The PLAIN value of the general kernel for fp32 rows over a cluster (see PLAIN in the kernel). */
 constexpr int FWD_CLUSTER_GENERAL = 3;
+/* LayerNorm's rows over a cluster take the variance as E[h^2] - mean^2, the
+ * sum and the squares met in one exchange, where mean^2 <= FN_LN_ONE_EXCHANGE
+ * * var: there E[h^2] <= 5 var, so the subtraction grows the sums' rounding
+ * error at most about fivefold, far inside rstd's tolerance (fp32 u(4 + 4
+ * sqrt(N)): the reduction's own error). Other rows (a mean far from zero
+ * against the spread, constant rows, non-finite values) take the centred
+ * squares in a second exchange, as rows in one CTA always do. */
+constexpr float FN_LN_ONE_EXCHANGE = 4.0f;
 template <typename TX, int VEC, int EPT, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false>
 __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR) ? 4 : PLAIN || SHIFT ? 1 : 0)
     norm_fwd_rows_in_registers(const fn_fwd_params p)
@@ -244,8 +252,28 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                                        h[k]);
         }
 
-        float mean = 0.0f;
-        if (p.is_ln) {
+        float mean = 0.0f, rstd = 0.0f;
+        bool have_rstd = false;
+        if (p.is_ln && XCHG && C > 1) {
+            /* Over a cluster the sum and the squares about zero cross it in
+             * one exchange (see FN_LN_ONE_EXCHANGE): each exchange is a wait
+             * on the cluster's slowest CTA, and the second one cost LayerNorm
+             * a third of the tile's bandwidth (docs/perf.md step 96). */
+            float s[2] = {0.0f, 0.0f};
+            #pragma unroll
+            for (int k = 0; k < K; k++)
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) {
+                    s[0] += h[k][j];
+                    s[1] = fmaf(h[k][j], h[k][j], s[1]);
+                }
+            row_allreduce<2, XCHG>(s, sm, buf, tpr, sub, C);
+            mean = s[0] / (float)N;
+            const float var = s[1] / (float)N - mean * mean;
+            /* the same bits in every CTA of the cluster: the same choice */
+            have_rstd = mean * mean <= FN_LN_ONE_EXCHANGE * var;
+            if (have_rstd) rstd = 1.0f / sqrtf(var + p.eps);
+        } else if (p.is_ln) {
             float s[1] = {0.0f};
             #pragma unroll
             for (int k = 0; k < K; k++)
@@ -253,6 +281,8 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                 for (int j = 0; j < VEC; j++) s[0] += h[k][j];
             row_allreduce<1, XCHG>(s, sm, buf, tpr, sub, C);
             mean = s[0] / (float)N;
+        }
+        if (p.is_ln) {
             /* h - mean from here on (RMSNorm skips it: one FADD per element) */
             #pragma unroll
             for (int k = 0; k < K; k++) {
@@ -262,14 +292,16 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                     if (ok[k]) clip(k, h[k]);
             }
         }
-        float q[1] = {0.0f};
-        #pragma unroll
-        for (int k = 0; k < K; k++)
-            if (ok[k])
-                #pragma unroll
-                for (int j = 0; j < VEC; j++) q[0] += h[k][j] * h[k][j];
-        row_allreduce<1, XCHG>(q, sm, buf, tpr, sub, C);
-        const float rstd = rstd_of(q[0], (float)N, p.eps);
+        if (!have_rstd) {
+            float q[1] = {0.0f};
+            #pragma unroll
+            for (int k = 0; k < K; k++)
+                if (ok[k])
+                    #pragma unroll
+                    for (int j = 0; j < VEC; j++) q[0] += h[k][j] * h[k][j];
+            row_allreduce<1, XCHG>(q, sm, buf, tpr, sub, C);
+            rstd = rstd_of(q[0], (float)N, p.eps);
+        }
 
         if (row_ok && lane == 0 && slice == 0) {
             if (p.rstd) p.rstd[row] = rstd;
