@@ -294,7 +294,7 @@ int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u)
 static int bwd_odd_plan(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int max_cluster, int wide, int is_ln)
 {
     const int vec = 16 / x_bytes;
-    const fn_plan_problem pb = {1, cols / vec * vec, x_bytes, 1, cc_major, max_cluster, wide, 0, 0, 0, 0, is_ln, 0};
+    const fn_plan_problem pb = {1, cols / vec * vec, x_bytes, 1, cc_major, max_cluster, wide, 0, 0, 0, 0, is_ln, 0, 0};
     fn_plan o = fn_plan_make(&pb);
     /* a lane for each head and tail element (at most 2 * (vec - 1) = 14) */
     _Static_assert(FN_PLAN_BWD_ODD_MIN_TPR >= 2 * (16 / 2 - 1), "the ODD tile's edge lanes");

@@ -54,8 +54,8 @@ typedef struct fn_plan_problem {
                            * x_bytes (fn_plan_use_held_odd) from FN_PLAN_HELD_ODD_MIN_VECTORS whole
                            * vectors to FN_PLAN_HELD_MAX_VECTORS */
     int is_ln;            /* LayerNorm. Backward: its fp32 rows take 16 elements a thread where RMSNorm's
-                           * take 8 in CTAs of more than 256 threads (see plan.c); forward: its rows past
-                           * 64 KiB stay held (fn_plan_fwd_rows_cluster_call) */
+                           * take 8 in CTAs of more than 256 threads (see plan.c); forward: its residual
+                           * call stays off the register tile (fn_plan_fwd_rows_cluster_call) */
     int64_t rows;         /* backward: the row count (0: not known). Small problems (FN_PLAN_SMALL_BWD_*)
                            * take at most 8 elements a thread, spread over more threads and CTAs */
     int no_tile;          /* forward: not the register tile over a cluster (fn_plan_fwd_rows_cluster_call),
@@ -243,8 +243,10 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  * 416; 100000 74.5 -> 67.9 in 8 x 416, 67.6 in 7 x 448), and the 16-bit exact
  * tiles of fewer than 512 threads past 65536 (98304 72.7 -> 74.6 in 8 x 384,
  * 75.6 in 6 x 512; 67.7 in 16 x 384 at 16 elements). LayerNorm lost
- * (65536 72.2 -> 67.1, two exchanges a row against the held kernel's one
- * merge; step 92's one merged exchange: 56.8) and stays held.
+ * with two exchanges a row (65536 72.2 -> 67.1; step 92's merged exchange:
+ * 56.8) and takes the same tiles since its sum and squares meet in one
+ * (step 96: 72.1 -> 78.3; fp32 32768 77.9 -> 88.3), within the backend's
+ * FN_FWD_LN_MAX_CLUSTER.
  *
  * fp32 with a weight (steps 91, 93): staged and met by the exchange in its
  * PLAIN kernels (norm_fwd.cu). Rows that fill 3, 4, 8 or 16 CTAs of 256
@@ -254,9 +256,8 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  * tile: the rule above to 32768 columns (20000 72.0 -> 90.8 in 5 x 256), 8
  * x 384 (49152 73.8 -> 94.8; 6 x 256 at 32 elements 93.7) and 16 x 384
  * (98304 71.3 -> 95.0). 262144 stays held (72.5; 16 x 512 at 32 elements,
- * unstaged: 48.2). Without a weight fp32 stays held: the general fp32
- * kernel over a cluster (step 94, FWD_CLUSTER_GENERAL in norm_fwd.cu) is
- * staged and meets by the exchange, but was not timed without a weight.
+ * unstaged: 48.2). Without a weight the same tiles (step 95: a weight of
+ * ones in the cache; 49152 83.9 -> 94.7, 98304 76.4 -> 95.6).
  *
  * The residual call (steps 93, 94) from FN_PLAN_STREAM_FWD_RES_BYTES (32
  * KiB) takes the fewest CTAs of up to 256 threads, at most 8 (its general

@@ -553,8 +553,8 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
                             (dt_w == (int)act || w32) && a->cols <= ((int64_t)1 << 30);
     const int has_res = a->residual.data || a->residual_out.data;
     const int streamable = !stream_call ? FN_STREAM_NONE : has_res ? FN_STREAM_RESIDUAL : FN_STREAM_COMMON;
-    /* LayerNorm's rows held over a cluster stop at 8 CTAs (FN_FWD_LN_MAX_CLUSTER):
-     * past it they stream. */
+    /* LayerNorm's clusters (held, or the register tile) stop at 8 CTAs
+     * (FN_FWD_LN_MAX_CLUSTER): past it its rows stream. */
     const int max_cluster = a->norm == FUSEDNORM_LAYERNORM ? FN_FWD_LN_MAX_CLUSTER : 16;
     /* Rows off a 16-byte boundary of that call (one dtype) with every
      * activation at x's offset within 16 bytes in each row, and the weight
@@ -564,7 +564,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
                          vector_vec_ok(a->weight.data) && vector_vec_ok(a->bias.data) && a->cols <= ((int64_t)1 << 30);
     fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, max_cluster, 0, shift_ok ? 256 : 0,
                           streamable, w32, !odd_call ? FN_STREAM_NONE : has_res ? FN_STREAM_RESIDUAL : FN_STREAM_COMMON,
-                          a->norm == FUSEDNORM_LAYERNORM, 0};
+                          a->norm == FUSEDNORM_LAYERNORM, 0, 0};
     fn_plan pl = plan_for(&pb, "FUSEDNORM_PLAN_FWD", &p.tpr, &p.rows_per_block, &p.cluster);
     p.odd = pl.path == FN_PATH_HELD && !vec_ok;
     if (shift_ok && !p.odd) {
@@ -714,7 +714,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     st->dependent_finalize = df.cc_major >= 9 && pdl_enabled();
     fn_plan_problem pb = {1, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, 16,
                           shift_ok ? 0 : fn_bwd_wide_fits(p), shift_ok ? 256 : 0,
-                          a->dresidual_out.data ? FN_STREAM_RESIDUAL : FN_STREAM_NONE, 0, 0, p->is_ln, a->rows};
+                          a->dresidual_out.data ? FN_STREAM_RESIDUAL : FN_STREAM_NONE, 0, 0, p->is_ln, a->rows, 0};
     fn_plan *pl = &st->plan;
     /* Rows off a 16-byte boundary whose activations all sit at x's offset
      * within 16 bytes in each row (odd N of contiguous tensors, odd pitches,
