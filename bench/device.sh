@@ -59,7 +59,8 @@ if has tests; then
   grep FAIL "$OUT/check_cuda.log" | head -20
   # Grids capped at 2 CTAs (clusters): every kernel that walks rows past its grid
   # does so here (the held forward's clusters at 65536 and 131072, fp32 49152
-  # and 131072 in the register tile over 8 x 384 and 16 x 512, its rows off
+  # and 131072 in the register tile over 8 x 384 and 16 x 512, LayerNorm's
+  # tile over 3 CTAs (fp32 24576) and 5 (bf16 40000, inexact), its rows off
   # 16 bytes at 4097, 7 rows each).
   FUSEDNORM_GRID_CAP=2 "$FN" check --backend cuda --cols 1024,4096,4097,24576,40000,49152,65536,131072 --rows 7 --quiet \
     >"$OUT/check_cuda_capped.log" 2>&1

@@ -139,10 +139,10 @@ static void test_odd_grid(void)
  * 91, fp32: 20000 in 5 x 256, 32768 in 8 x 256, 65536 in 8 x 512), the row
  * sums met by the cluster exchange, against the CPU backend: the plain call
  * (the PLAIN variants, with and without a bias), weight_offset, and no
- * weight (PLAIN with a weight of ones, step 95), on 9 rows; the plain call again on 300 rows,
- * more than the resident clusters (33 and 16 on the H200), so that each
- * cluster walks several rows and the exchange's buffers and mbarrier phases
- * turn over (a wrong parity hangs or reads a stale sum). device.sh's check
+ * weight (PLAIN with a weight of ones, step 95), on 9 rows; the plain call
+ * again on 300 rows, more than the resident clusters (33 and 16 on the
+ * H200), so that each cluster walks several rows and the exchange's buffers
+ * and mbarrier phases turn over (a wrong parity hangs or reads a stale sum). device.sh's check
  * with FUSEDNORM_GRID_CAP=2 walks them too (the cap is read once a process). */
 static void test_fwd_rows_cluster(void)
 {
@@ -205,9 +205,9 @@ static void test_fwd_rows_cluster(void)
 
 #if FUSEDNORM_WITH_CUDA
 /* LayerNorm's forward in the register tile over a cluster, the planner's
- * plans and others, through the lab knob (read on every call): the sum and the squares in one exchange, or,
- * where the mean is far from zero against the spread, the centred squares in
- * a second (step 96). Exact tiles (8 x 256 at the compiled tpr 256, 8 x 512,
+ * plans and others, through the lab knob (read on every call): the sum and
+ * the squares in one exchange, or, where the mean is far from zero against
+ * the spread, the centred squares in a second (step 96). Exact tiles (8 x 256 at the compiled tpr 256, 8 x 512,
  * fp32 8 x 256), inexact ones (5 x 256) and a cluster of 2; with a bias,
  * without one, without a weight, mean and rstd stored, the outlier rows, 300
  * rows walking the grid, and 300 rows of which the odd ones lie about 100
