@@ -151,17 +151,27 @@ static void test_fwd_rows_cluster(void)
      * at 32, 16 x 384, 16 x 256 at 32, and without a weight (a weight of
      * ones in the cache: step 95) */
     static const int64_t cols[] = {40000, 65536, 131072, 20000, 24576, 32768, 49152, 65536, 98304, 131072};
-    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
-        for (int f = 0; f < 5; f++) {
-            th_case c = th_case_default(FUSEDNORM_RMSNORM, f == 4 ? 300 : 9, cols[i],
-                                        i >= 3 ? FUSEDNORM_F32 : (i + f) % 2 ? FUSEDNORM_BF16 : FUSEDNORM_F16);
-            c.bias_on = f == 1;
-            c.weight_offset = f == 2 ? 1.0f : 0.0f;
-            c.weight_on = f != 3;
-            c.store_rstd = 1;
-            c.skip_bwd = 1;
-            gpu_vs_cpu(&c, "forward over a cluster: gpu vs cpu");
-        }
+    /* The planner's pipeline depth (FN_DEEP_STAGES on some tiles: launch_rows
+     * in norm_fwd.cu), then through the lab knob FUSEDNORM_FWD_DEEP two
+     * stages everywhere and three on every cluster (16 too), each on 100
+     * rows (6 or more a cluster: the stages turn over) with a bias. */
+    static const char *const deep[] = {"1", "0", "2"};
+    for (int d = 0; d < 3; d++) {
+        setenv("FUSEDNORM_FWD_DEEP", deep[d], 1);
+        for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
+            for (int f = 0; f < 5; f++) {
+                if (d > 0 && f != 4) continue;
+                th_case c = th_case_default(FUSEDNORM_RMSNORM, f == 4 ? d ? 100 : 300 : 9, cols[i],
+                                            i >= 3 ? FUSEDNORM_F32 : (i + f) % 2 ? FUSEDNORM_BF16 : FUSEDNORM_F16);
+                c.bias_on = f == 1 || d > 0;
+                c.weight_offset = f == 2 ? 1.0f : 0.0f;
+                c.weight_on = f != 3;
+                c.store_rstd = 1;
+                c.skip_bwd = 1;
+                gpu_vs_cpu(&c, "forward over a cluster: gpu vs cpu");
+            }
+    }
+    unsetenv("FUSEDNORM_FWD_DEEP");
 #if FUSEDNORM_WITH_CUDA
     /* fp32 without a weight over a cluster at EPT 16 (PLAIN with a weight of
      * ones, step 95), through the knob: 8 x 256 exact and 5 x 256 not. */
@@ -222,20 +232,28 @@ static void test_fwd_ln_cluster(void)
         {24576, FUSEDNORM_F32, "32,256,3"},  {32768, FUSEDNORM_F32, "32,256,4"},  {65536, FUSEDNORM_F32, "32,256,8"},
         {49152, FUSEDNORM_F32, "16,384,8"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        setenv("FUSEDNORM_PLAN_FWD", cases[i].plan, 1);
-        for (int f = 0; f < 6; f++) {
-            th_case c = th_case_default(FUSEDNORM_LAYERNORM, f >= 4 ? 300 : 9, cases[i].cols, cases[i].dt);
-            c.bias_on = f != 1;
-            c.weight_on = f != 2;
-            c.outliers = f == 3 && cases[i].dt != FUSEDNORM_F16;
-            c.x_offset = f == 5 ? 100.0f : 0.0f;
-            c.store_rstd = c.store_mean = 1;
-            c.skip_bwd = 1;
-            gpu_vs_cpu(&c, "layernorm forward over a cluster: gpu vs cpu");
+    /* the planner's pipeline depth, then two stages and three on every
+     * cluster (FUSEDNORM_FWD_DEEP=0, 2; the planner's gives 16-bit
+     * LayerNorm two), each on 100 rows with the offset odd rows */
+    static const char *const deep[] = {"1", "0", "2"};
+    for (int d = 0; d < 3; d++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            setenv("FUSEDNORM_PLAN_FWD", cases[i].plan, 1);
+            setenv("FUSEDNORM_FWD_DEEP", deep[d], 1);
+            for (int f = 0; f < 6; f++) {
+                if (d && f != 5) continue;
+                th_case c = th_case_default(FUSEDNORM_LAYERNORM, f >= 4 ? d ? 100 : 300 : 9, cases[i].cols, cases[i].dt);
+                c.bias_on = f != 1;
+                c.weight_on = f != 2;
+                c.outliers = f == 3 && cases[i].dt != FUSEDNORM_F16;
+                c.x_offset = f == 5 ? 100.0f : 0.0f;
+                c.store_rstd = c.store_mean = 1;
+                c.skip_bwd = 1;
+                gpu_vs_cpu(&c, "layernorm forward over a cluster: gpu vs cpu");
+            }
         }
-    }
     unsetenv("FUSEDNORM_PLAN_FWD");
+    unsetenv("FUSEDNORM_FWD_DEEP");
 }
 #endif
 

@@ -209,7 +209,7 @@ static int occ_variant(int is_bwd, const void *params, const fn_plan *pl)
     }
     const fn_fwd_params *f = (const fn_fwd_params *)params;
     return (f->w != NULL) | (f->b != NULL) << 1 | (f->res_out != NULL) << 2 | (f->dt_y == f->dt_x) << 3 | exact << 4 |
-           (f->shift != 0) << 5;
+           (f->shift != 0) << 5 | f->deep << 6;
 }
 
 static fusednorm_status max_active(int device, int is_bwd, const void *params, const fn_plan *pl, const char *fn,
@@ -454,6 +454,18 @@ static int pdl_enabled(void)
     return !v || strcmp(v, "0") != 0;
 }
 
+/* Lab knob FUSEDNORM_FWD_DEEP=0 or 2: the forward's PLAIN tiles over a
+ * cluster keep FN_STAGES stages (0) or take FN_DEEP_STAGES on every cluster
+ * (2), where the rule (1, the default) takes them on the tiles that measured
+ * faster (norm_fwd.cu, launch_rows). Read on every call. Not for production. */
+static int fwd_deep(void)
+{
+    const char *v = getenv("FUSEDNORM_FWD_DEEP");
+    if (v && strcmp(v, "0") == 0) return 0;
+    if (v && strcmp(v, "2") == 0) return 2;
+    return 1;
+}
+
 /* Sanitizer knob (bench/device.sh sanitize): FUSEDNORM_GRID_CAP=K keeps the
  * persistent grids to at most K CTAs (clusters), so that a small problem still
  * walks several rows per CTA and exercises the pipeline's stage reuse, the
@@ -531,6 +543,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     p.dt_w = dt_w;
     p.dt_y = dt_y;
     p.smem_max = df.smem_optin - ROWS_STATIC_SMEM_BYTES;
+    p.deep = fwd_deep();
 
     const int x_bytes = (int)fn_dtype_size(act), vec = 16 / x_bytes;
     const int vec_ok = a->cols % vec == 0 && tensor_vec_ok(&a->x) && tensor_vec_ok(&a->residual) &&

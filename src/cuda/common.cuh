@@ -30,6 +30,11 @@ namespace cg = cooperative_groups;
  * LayerNorm fwd N=2048 +3%, H200, tuning step 15) and leave shared memory
  * for the weight cache and more CTAs. */
 constexpr int FN_STAGES = 2;
+/* The forward's PLAIN tiles over a cluster stage one more row where that
+ * measured faster (launch_rows in norm_fwd.cu says where): each row there
+ * waits on the cluster's slowest CTA in the exchange, which one row in
+ * flight per CTA did not always cover. */
+constexpr int FN_DEEP_STAGES = 3;
 /* The backward's ODD tile (norm_bwd.cu): staged 16-byte chunks per input
  * and stage for the edge elements of a row off a 16-byte boundary, one per
  * lane that holds one (at most 2 * (VEC - 1): 14 for 16-bit rows). */

@@ -36,6 +36,9 @@ typedef struct fn_fwd_params {
                                        * and bias kept in L1 or not (FN_STREAM_WEIGHT_L1_*) */
     int odd;                          /* held path: rows off a 16-byte boundary (every activation at the
                                        * same offset within 16 bytes in each row; the backend checked) */
+    int deep;                         /* rows path: the PLAIN tiles over a cluster stage FN_DEEP_STAGES
+                                       * rows: 1 where they won (launch_rows' rule), 0 never, 2 on
+                                       * every cluster (0 and 2: lab knob FUSEDNORM_FWD_DEEP) */
 } fn_fwd_params;
 
 enum { FN_STREAM_WEIGHT_L1_KEEP = 1, FN_STREAM_WEIGHT_L1_NONE = 2 };

@@ -63,7 +63,8 @@ constexpr int FWD_CLUSTER_GENERAL = 3;
  * against the spread, constant rows, non-finite values) take the centred
  * squares in a second exchange, as rows in one CTA always do. */
 constexpr float FN_LN_ONE_EXCHANGE = 4.0f;
-template <typename TX, int VEC, int EPT, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false>
+template <typename TX, int VEC, int EPT, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false,
+          bool DEEP = false>
 __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR) ? 4 : PLAIN || SHIFT ? 1 : 0)
     norm_fwd_rows_in_registers(const fn_fwd_params p)
 {
@@ -105,7 +106,9 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
      * stride. With vector access the next group's x (and residual) stream into
      * shared memory (cp.async) while this one is reduced and written. */
     const bool pipe = PROMISE || SHIFT || (VEC > 1 && p.pipe);
-    constexpr int STAGES = SHIFT ? FN_SHIFT_STAGES : FN_STAGES;
+    /* DEEP: FN_DEEP_STAGES, for the PLAIN tiles over a cluster (launch_rows). */
+    static_assert(!DEEP || (PROMISE && !SHIFT), "DEEP: the PLAIN tiles");
+    constexpr int STAGES = SHIFT ? FN_SHIFT_STAGES : DEEP ? FN_DEEP_STAGES : FN_STAGES;
     extern __shared__ __align__(16) unsigned char dyn_smem[];
     uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
     /* x is of dtype TX: one 16-byte chunk per vector; the residual may be fp32. */
@@ -808,21 +811,26 @@ static int fwd_is_plain(const fn_fwd_params &q, bool ones = false)
  * fill the tile; else with EPT 32 (the planner's choice for 16-bit rows from
  * N = 1024 up) and a power-of-two tpr in a CTA of max(tpr, 256) threads, the
  * one compiled for that tpr. */
-template <typename TX, int VEC, int EPT, int PLAIN>
+template <typename TX, int VEC, int EPT, int PLAIN, bool DEEP = false>
 static cudaError_t launch_plain(const fn_fwd_params &q, int grid, int threads, size_t smem, cudaStream_t stream,
                                 int *active)
 {
     if (q.cols != (int64_t)q.cluster * q.tpr * EPT) /* the tile has idle columns: the column checks stay */
-        return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, 0, false>, q, grid, threads, smem, q.cluster,
-                               stream, active);
+        return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, 0, false, false, DEEP>, q, grid, threads,
+                               smem, q.cluster, stream, active);
     auto launch = [&](auto tpr) { /* TPR = 0: the run-time tpr */
-        return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, decltype(tpr)::value>, q, grid,
-                               threads, smem, q.cluster, stream, active);
+        return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, decltype(tpr)::value, true, false, DEEP>,
+                               q, grid, threads, smem, q.cluster, stream, active);
     };
     auto run_time_tpr = [&] { return launch(std::integral_constant<int, 0>{}); };
-    if constexpr (EPT == 32 && sizeof(TX) == 2) /* fp32 (over a cluster): the run-time tpr */
-        if (threads == static_tpr_threads(q.tpr))
-            return with_static_tpr<8, 32, 64, 128, 256, 512>(q.tpr, launch, run_time_tpr);
+    if constexpr (EPT == 32 && sizeof(TX) == 2) { /* fp32 (over a cluster): the run-time tpr */
+        if (threads == static_tpr_threads(q.tpr)) {
+            if constexpr (DEEP) /* over a cluster: the planner's CTAs of 256 and 512 threads */
+                return with_static_tpr<256, 512>(q.tpr, launch, run_time_tpr);
+            else
+                return with_static_tpr<8, 32, 64, 128, 256, 512>(q.tpr, launch, run_time_tpr);
+        }
+    }
     return run_time_tpr();
 }
 
@@ -919,7 +927,34 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
     q.wcache_off = (int)smem;
     if (q.wcache) smem += cache_bytes;
     if constexpr (VEC > 1 && (sizeof(TX) == 2 || F32_PLAIN_OK)) {
-        switch (fwd_is_plain(q, ones)) {
+        const int plain = fwd_is_plain(q, ones);
+        constexpr bool DEEP_EPT = sizeof(TX) == 2 ? EPT == 32 : EPT >= 16; /* the planner's over a cluster */
+        if constexpr (DEEP_EPT) {
+            const size_t deep_stages = (size_t)FN_DEEP_STAGES * (EPT / VEC) * chunks * threads * 16;
+            const size_t deep_smem = deep_stages + (smem - q.wcache_off);
+            const bool exact = q.cols == (int64_t)q.cluster * q.tpr * EPT;
+            /* FN_DEEP_STAGES where they won (docs/perf.md step 97, % of copy):
+             * exact tiles on 8 CTAs of 16-bit RMSNorm (bf16 65536 91.6 ->
+             * 94.5, without a weight 92.3 -> 94.8, 131072 in 8 x 512 88.3 ->
+             * 89.5) and of fp32 at 32 elements a thread (RMSNorm 65536 93.7
+             * -> 96.4, LayerNorm 84.5 -> 86.9), and fp32 with a bias on up to
+             * 8 (LayerNorm 24576 87.2 -> 91.4, 32768 86.6 -> 88.8, 49152 72.3
+             * -> 73.5). Elsewhere they lost 0.4-2.4 points: 16-bit LayerNorm
+             * (its 64 KiB cache of weight and bias), fp32 RMSNorm on 3..5
+             * CTAs and in 8 x 384 (a CTA an SM fewer), the inexact tiles
+             * (40000), clusters of 16 (fp32 98304 95.4 -> 92.1). */
+            const bool rule = exact && q.cluster <= 8 &&
+                              ((sizeof(TX) == 4 && plain == 2) ||
+                               (q.cluster == 8 && (sizeof(TX) == 2 ? plain == 1 : EPT == 32)));
+            if (plain && q.wcache && q.cluster > 1 && (p.deep == 2 || (p.deep == 1 && rule)) &&
+                deep_stages <= FN_MAX_STAGE_BYTES && deep_smem <= (size_t)p.smem_max) {
+                fn_fwd_params d = q;
+                d.wcache_off = (int)deep_stages;
+                if (plain == 1) return launch_plain<TX, VEC, EPT, 1, true>(d, grid, threads, deep_smem, stream, active);
+                return launch_plain<TX, VEC, EPT, 2, true>(d, grid, threads, deep_smem, stream, active);
+            }
+        }
+        switch (plain) {
         case 1: return launch_plain<TX, VEC, EPT, 1>(q, grid, threads, smem, stream, active);
         case 2: return launch_plain<TX, VEC, EPT, 2>(q, grid, threads, smem, stream, active);
         }
