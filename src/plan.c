@@ -144,6 +144,23 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
             fn_plan_use_held(&best, pb->cols, pb->x_bytes, u))
             return best;
     }
+    /* The 16-bit backward's rows in one CTA (FN_PLAN_BWD_WIDE_ONE_CTA_MIN_COLS
+     * up; past 8192 columns the wide tile wins anyway, saving a cluster):
+     * the 16-element tile in CTAs of 288..480 threads, one resident per SM,
+     * measured far below the wide tile's CTAs of half the threads, and
+     * LayerNorm's below it at 256 and 512 too (H200, % of copy, RMSNorm
+     * 16 x tpr -> 32 x tpr / 2: 3072 80.0 -> 86.2, 5000 68.2 -> 76.1, 5120
+     * 71.6 -> 88.5, 6144 80.8 -> 92.1 (fp16 too), 7168 83.9 -> 92.1;
+     * LayerNorm 3072 71.8 -> 75.4, 4096 84.0 -> 85.2, 5000 59.9 -> 79.0, 6144
+     * 69.1 -> 84.3, 7168 70.8 -> 84.3, 8192 82.5 -> 89.7 (fp16 82.5 ->
+     * 90.6); docs/perf.md step 98). RMSNorm keeps 16 x 256 at 4096 (94.5,
+     * wide 86.7) and 16 x 512 at 8192 (97.7 against 92.2); 2304 and 2560
+     * measured even (LayerNorm). Not the residual call, whose wide tile
+     * reads dresidual_out unstaged (see below). */
+    const int64_t t16 = ((pb->cols + 15) / 16 + 31) / 32 * 32; /* the 16-element tile's threads a row */
+    const int wide_one_cta = pb->is_bwd && pb->x_bytes == 2 && pb->wide_bwd && pb->stream != FN_STREAM_RESIDUAL &&
+                             !small_bwd && pb->cols >= FN_PLAN_BWD_WIDE_ONE_CTA_MIN_COLS &&
+                             (pb->is_ln || (t16 != 256 && t16 != 512));
     double best_cost = 1e30;
     for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {
         for (int ept = 4; ept <= 32; ept *= 2) {
@@ -180,6 +197,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
                  * (N = 16384 bf16 in one CTA instead of a cluster of 2), not
                  * where 16 elements fill the row (0.10 < 0.15). */
                 if (wide) cost += 0.10;
+                if (wide && cluster == 1 && wide_one_cta) cost -= 0.25;
                 /* The residual call's third staged input (dresidual_out) does
                  * not fit beside the 32-element tile's stages: there it runs
                  * the general kernel, dresidual_out read unstaged. Its 16-bit

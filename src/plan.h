@@ -392,6 +392,11 @@ static inline int fn_plan_cluster_xchg_ok(int cluster, int rows_per_block, int t
 #define FN_PLAN_RES_BWD_NARROW_MIN_COLS 16384
 #define FN_PLAN_RES_BWD_NARROW_MAX_COLS 65536
 
+/* The 16-bit backward's rows in one CTA from this many columns (not the
+ * residual call) take the 32-element tile, but RMSNorm's rows that the
+ * 16-element tile holds in 256 or 512 threads (see fn_plan_make). */
+#define FN_PLAN_BWD_WIDE_ONE_CTA_MIN_COLS 3072
+
 /* Always succeeds: falls back to FN_PATH_TWO_PASS when no register plan fits. */
 fn_plan fn_plan_make(const fn_plan_problem *pb);
 

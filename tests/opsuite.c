@@ -248,9 +248,12 @@ void th_suite_training(fusednorm_backend be)
      * fp32 rows from 128 (8 threads a row) and 192 (16, a quarter idle). 2000, 2304, 2600, 3000,
      * 3200, 3600 and 12000 fill their tiles only in part (the PLAIN variants with column
      * checks; 2600 and 3000 the backward's 16-bit kernel compiled for 192 threads a row,
-     * three CTAs per SM; 2304 and 3200 at 160 and 224 threads a row). */
-    static const int64_t cols[] = {128,   192,   256,   1024,  2000,  2048,  2304,  2600,   3000,   3200, 3600,
-                                   4096,  8192,  10240, 12000, 16384, 24576, 32768, 65536, 131072, 262144};
+     * three CTAs per SM; 2304 at 160 threads a row). The 16-bit backward's wide tile in one CTA
+     * (step 98): LayerNorm from 3072 (3200, 3600 and 4096 two rows a CTA of 256 threads), RMSNorm
+     * 3200, 5000 (inexact) and 6144 (192 threads). */
+    static const int64_t cols[] = {128,  192,  256,   1024,  2000,  2048,  2304,  2600,  3000,  3200,   3600,
+                                   4096, 5000, 6144,  8192,  10240, 12000, 16384, 24576, 32768, 65536, 131072,
+                                   262144};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
         for (int d = 0; d < 3; d++)
             for (int kind = 0; kind < 6; kind++) {

@@ -490,6 +490,8 @@ int main(void)
         {1, 2304, 16, 160, 1}, {1, 2600, 16, 192, 1},  {1, 3600, 16, 256, 1}, /* not one vector a thread in CTAs of > 256 */
         {1, 16384, 32, 512, 1}, {1, 32768, 32, 512, 2}, {1, 65536, 32, 512, 4},
         {1, 131072, 32, 512, 8}, {1, 262144, 32, 512, 16},
+        /* the wide tile in one CTA where the 16-element one takes 288..480 threads (step 98) */
+        {1, 3072, 32, 96, 1},  {1, 5000, 32, 160, 1},  {1, 6144, 32, 192, 1},  {1, 7168, 32, 224, 1},
     };
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
         fn_plan_problem pb = {pinned[i].is_bwd, pinned[i].cols, 2, 1, 9, 16, 1, 0, 0, 0, 0, 0, 0, 0};
@@ -500,6 +502,30 @@ int main(void)
         ASSERT_EQ_INT(p.ept, pinned[i].ept);
         ASSERT_EQ_INT(p.tpr, pinned[i].tpr);
         ASSERT_EQ_INT(p.cluster, pinned[i].cluster);
+    }
+    /* The 16-bit backward in one CTA from FN_PLAN_BWD_WIDE_ONE_CTA_MIN_COLS
+     * (step 98): LayerNorm's rows in the wide tile (4096 in 2 rows of 128,
+     * 8192 in 256 threads), RMSNorm's 4096 and 8192 in the 16-element tile
+     * (256, 512 threads); below it, and for the residual call (its wide tile
+     * reads dresidual_out unstaged), the 16-element tile as before. */
+    {
+        static const struct { int64_t cols; int is_ln, stream, ept, tpr; } w1[] = {
+            {2560, 1, 0, 16, 160}, {3072, 1, 0, 32, 96}, {4096, 1, 0, 32, 128}, {6144, 1, 0, 32, 192},
+            {8192, 1, 0, 32, 256}, {4096, 0, 0, 16, 256}, {8192, 0, 0, 16, 512}, {2560, 0, 0, 16, 160},
+            {6144, 0, FN_STREAM_RESIDUAL, 16, 384}, {8192, 1, FN_STREAM_RESIDUAL, 16, 512},
+        };
+        for (size_t i = 0; i < sizeof w1 / sizeof w1[0]; i++) {
+            fn_plan_problem pb = {1, w1[i].cols, 2, 1, 9, 16, 1, 0, w1[i].stream, 0, 0, w1[i].is_ln, 32768, 0};
+            const fn_plan p = fn_plan_make(&pb);
+            snprintf(th_context, sizeof th_context, "16-bit bwd in one CTA cols %lld ln %d stream %d",
+                     (long long)w1[i].cols, w1[i].is_ln, w1[i].stream);
+            ASSERT_EQ_INT(p.path, FN_PATH_ROWS_IN_REGISTERS);
+            ASSERT_EQ_INT(p.ept, w1[i].ept);
+            ASSERT_EQ_INT(p.tpr, w1[i].tpr);
+            ASSERT_EQ_INT(p.cluster, 1);
+            pb.wide_bwd = 0; /* the wide tile not launchable: the 16-element one */
+            ASSERT_EQ_INT(fn_plan_make(&pb).ept, 16);
+        }
     }
     /* The forward's largest rows go two-pass (measured faster than a cluster
      * of 16), with 512 threads, and so does the backward past a cluster of 8
