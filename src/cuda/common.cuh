@@ -259,10 +259,8 @@ __device__ __forceinline__ void store_any(void *p, int dt, int64_t i, float v)
 }
 
 /* rstd exactly as the contract says: IEEE sqrt and division (no rsqrtf). */
-__device__ __forceinline__ float rstd_of(float sumsq, float n, float eps)
-{
-    return 1.0f / sqrtf(sumsq / n + eps);
-}
+__device__ __forceinline__ float rstd_of_var(float var, float eps) { return 1.0f / sqrtf(var + eps); }
+__device__ __forceinline__ float rstd_of(float sumsq, float n, float eps) { return rstd_of_var(sumsq / n, eps); }
 
 /* Shared scratch for row reductions: two buffers used alternately, so each
  * reduction needs one barrier (a thread can only write buffer b again after

@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
             const float var = s[1] / (float)N - mean * mean;
             /* the same bits in every CTA of the cluster: the same choice */
             have_rstd = mean * mean <= FN_LN_ONE_EXCHANGE * var;
-            if (have_rstd) rstd = 1.0f / sqrtf(var + p.eps);
+            if (have_rstd) rstd = rstd_of_var(var, p.eps);
         } else if (p.is_ln) {
             float s[1] = {0.0f};
             #pragma unroll
