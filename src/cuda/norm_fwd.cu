@@ -939,10 +939,10 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
              * 89.5) and of fp32 at 32 elements a thread (RMSNorm 65536 93.7
              * -> 96.4, LayerNorm 84.5 -> 86.9), and fp32 with a bias on up to
              * 8 (LayerNorm 24576 87.2 -> 91.4, 32768 86.6 -> 88.8, 49152 72.3
-             * -> 73.5). Elsewhere they lost 0.4-2.4 points: 16-bit LayerNorm
-             * (its 64 KiB cache of weight and bias), fp32 RMSNorm on 3..5
-             * CTAs and in 8 x 384 (a CTA an SM fewer), the inexact tiles
-             * (40000), clusters of 16 (fp32 98304 95.4 -> 92.1). */
+             * -> 73.5). Elsewhere they lost 0.4-3.3 points: 16-bit LayerNorm
+             * (by its sizes still two CTAs an SM), fp32 RMSNorm on 3..5 CTAs
+             * and in 8 x 384 (most of them a CTA an SM fewer), the inexact
+             * tiles (40000, 20000), clusters of 16 (fp32 98304 95.4 -> 92.1). */
             const bool rule = exact && q.cluster <= 8 &&
                               ((sizeof(TX) == 4 && plain == 2) ||
                                (q.cluster == 8 && (sizeof(TX) == 2 ? plain == 1 : EPT == 32)));
