@@ -40,6 +40,17 @@ constexpr int FN_DEEP_STAGES = 3;
  * lane that holds one (at most 2 * (VEC - 1): 14 for 16-bit rows). */
 constexpr int FN_ODD_EDGE_SLOTS = 16;
 constexpr size_t FN_MAX_STAGE_BYTES = 96 * 1024;
+/* The stages' cap for a CTA of `threads` over a cluster of `cluster`:
+ * FN_MAX_STAGE_BYTES keeps CTAs that share an SM resident; a CTA of 512
+ * threads over a cluster holds a row slice of 16 fp32 (or 32 16-bit) values a
+ * thread and more, at up to 128 registers: it is alone on its SM by its
+ * registers, and its stages may take the shared memory it would leave idle
+ * (the backward's fp32 16 x 512 x 16 and the forward's fp32 16 x 512 x 32 tiles,
+ * 128 KiB of stages; docs/perf.md step 99). */
+__host__ __device__ constexpr size_t stage_cap(int threads, int cluster, int smem_max)
+{
+    return threads >= 512 && cluster > 1 ? (size_t)smem_max : FN_MAX_STAGE_BYTES;
+}
 /* The SHIFT kernels (rows off a 16-byte boundary) wait for a whole stage
  * and then a barrier before a row starts (a vector spans two threads'
  * chunks): one more stage keeps two rows in flight during that wait. */

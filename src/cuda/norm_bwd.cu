@@ -1018,17 +1018,18 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     const size_t stat_bytes = bwd_stat_bytes(threads);
     /* The 32-element tile is staged past FN_MAX_STAGE_BYTES (128 KiB at 512
      * threads): its registers keep one CTA per SM resident anyway. The
-     * backend plans it only where x's and dy's stages fit (fn_bwd_wide_fits). */
-    const size_t stage_cap = EPT > 16 ? (size_t)p.smem_max : FN_MAX_STAGE_BYTES;
+     * backend plans it only where x's and dy's stages fit (fn_bwd_wide_fits).
+     * So are 512-thread CTAs over a cluster (common.cuh, stage_cap). */
+    const size_t cap = EPT > 16 ? (size_t)p.smem_max : stage_cap(threads, p.cluster, p.smem_max);
     const size_t cache_bytes = p.w ? (size_t)p.tpr * EPT * sizeof(float) : 0;
     /* The pre-norm residual's call stages dresidual_out as well (PLAIN = 3)
      * where the three inputs' stages fit beside the weight cache. */
     const size_t res_stage_bytes = bwd_stage_bytes<TX, VEC, EPT>(threads, 3);
     const bool res_plain = VEC > 1 && bwd_is_plain_residual(p, dtype_of<TX>::value) &&
-                           res_stage_bytes <= stage_cap &&
+                           res_stage_bytes <= cap &&
                            res_stage_bytes + stat_bytes + cache_bytes <= (size_t)p.smem_max;
     size_t stage_bytes = VEC > 1 && same_dtypes ? bwd_stage_bytes<TX, VEC, EPT>(threads, res_plain ? 3 : 2) : 0;
-    const bool pipe = stage_bytes > 0 && stage_bytes <= stage_cap && /* see the forward's launcher */
+    const bool pipe = stage_bytes > 0 && stage_bytes <= cap && /* see the forward's launcher */
                       stage_bytes + stat_bytes <= (size_t)p.smem_max;
     if (!pipe) stage_bytes = 0;
     else stage_bytes += stat_bytes;

@@ -914,7 +914,7 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
     /* smem_max: devices with less shared memory per block (99 KiB opt-in on
      * sm_86/sm_89, which run the sm_80 code) load straight into registers
      * rather than fail the launch. */
-    q.pipe = staged_dtype && smem > 0 && smem <= FN_MAX_STAGE_BYTES && smem <= (size_t)p.smem_max;
+    q.pipe = staged_dtype && smem > 0 && smem <= stage_cap(threads, p.cluster, p.smem_max) && smem <= (size_t)p.smem_max;
     if (!q.pipe) smem = 0;
     /* The weight (and bias) cache after the stages: the CTA's tpr*EPT columns
      * in fp32. A call without a weight that is otherwise the common one
