@@ -68,12 +68,20 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
      * at 131072 its cluster of 8 ran at 77.6% of copy and at 262144 its
      * cluster of 16 at 59.5%, against the column split's 39-40%. fp32
      * backward rows in CTAs of 256 threads or fewer go to 16 as well (N =
-     * 65536: 16 x 256 at 83.9% of copy against 8 x 512 at 67.1%), but not
-     * the residual call's (RMSNorm 2886 -> 2619 GB/s there; step 69). */
+     * 65536: 16 x 256 at 83.9% of copy against 8 x 512 at 67.1%), and so
+     * do the residual call's since the cluster exchange (step 99, % of copy,
+     * planner before -> 16 CTAs: RMSNorm 49152 70.3 -> 97.3 in 16 x 192,
+     * 65536 80.7 -> 98.0 in 16 x 256, 131072 67.5 -> 76.3 in 16 x 512; in
+     * step 69, before the exchange, 8 x 512 had won at 65536), as do
+     * RMSNorm's 16-bit residual rows in the 16-element tile (res16 below). */
     const int cap = 8, wide_cap = 16;
     const int f32_bwd = pb->is_bwd && pb->x_bytes == 4;
-    const int f32_c16 = f32_bwd && pb->stream != FN_STREAM_RESIDUAL;
-    const int cap_here = pb->is_bwd && (pb->wide_bwd || f32_c16) ? wide_cap : cap;
+    /* RMSNorm's 16-bit residual call, whose rows of FN_PLAN_RES_BWD_NARROW_*
+     * columns take the 16-element tile (see below): over up to 16 CTAs
+     * (131072 in 16 x 512: 73.0 -> 94.6% of copy against the 32-element tile
+     * over 8, step 99). */
+    const int res16 = pb->is_bwd && pb->x_bytes == 2 && pb->stream == FN_STREAM_RESIDUAL && !pb->is_ln;
+    const int cap_here = pb->is_bwd && (pb->wide_bwd || f32_bwd || res16) ? wide_cap : cap;
     int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < cap_here ? pb->max_cluster : cap_here) : 1;
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
@@ -167,7 +175,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
             if (!fn_plan_ept_allowed(pb->is_bwd, vec, ept)) continue;
             if (small_bwd && ept > 8) continue;
             const int wide = pb->is_bwd && ept == 32; /* see below */
-            if (wide ? !pb->wide_bwd : cluster > (f32_c16 ? wide_cap : cap)) continue;
+            if (wide ? !pb->wide_bwd : cluster > (f32_bwd || res16 ? wide_cap : cap)) continue;
             /* Powers of two below a warp (the shuffle reduction needs aligned
              * groups), then any whole number of warps up to 512. */
             const int max_tpr = pb->max_tpr > 0 && pb->max_tpr < 512 ? pb->max_tpr : 512;
@@ -191,6 +199,11 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
                  * -> 4017, 32768 3057 -> 4061 / 3017 -> 3813; docs/perf.md
                  * step 69); a cluster doubling costs 0.15. */
                 if (f32_bwd && tpr == 512) cost += 0.20;
+                /* The fp32 residual call stages its three inputs in CTAs of up
+                 * to 256 threads (96 KiB, FN_MAX_STAGE_BYTES); in more, two,
+                 * dresidual_out read unstaged (step 99, % of copy: 49152 in 8
+                 * x 384 69.6, in 16 x 256 86.8, in 16 x 192 97.3). */
+                if (f32_bwd && pb->stream == FN_STREAM_RESIDUAL && tpr > 256) cost += 0.20;
                 if (ept == max_ept) cost += 0.03;
                 /* The backward's 32-element tile reads x and dy back from
                  * its stage on each pass: taken where it saves a cluster
@@ -244,7 +257,8 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
      * 11264), 12000 3643 / 3344 -> 3961 / 3445 (3 x 256), 12288 3715 / 3546 ->
      * 4013 / 3583 (3 x 256); docs/perf.md step 80. A cluster of 3 CTAs is
      * taken nowhere else; other lengths were not measured this way. */
-    if (best.path == FN_PATH_ROWS_IN_REGISTERS && f32_c16 && vec == 4 && max_cluster >= 4 &&
+    if (best.path == FN_PATH_ROWS_IN_REGISTERS && f32_bwd && pb->stream != FN_STREAM_RESIDUAL && vec == 4 &&
+        max_cluster >= 4 &&
         pb->cols >= FN_PLAN_F32_BWD_RESIDENT_MIN_COLS && pb->cols <= FN_PLAN_F32_BWD_RESIDENT_MAX_COLS) {
         if (pb->cols <= 4 * 160 * 16) { /* what 4 x 160 covers */
             best.ept = 16, best.tpr = 160, best.cluster = 4;
@@ -392,10 +406,17 @@ int fn_plan_use_fwd_rows_cluster(fn_plan *pl, int64_t cols, int x_bytes, int max
     } else if (c >= 2 && c <= cl) { /* the fewest CTAs of up to 256 threads, the fewest whole warps each */
         tpr = ((cols + c * ept - 1) / (c * ept) + 31) / 32 * 32;
         if (residual && x_bytes == 4 && c * tpr * ept != cols) return 0; /* fp32 12292 in 4 x 224: 82.3 -> 80.2 */
-    } else if (residual && x_bytes == 4 && max_cluster >= 16 && cols == 16 * small) { /* fp32 65536: 16 x 256 */
-        c = 16;
+    } else if ((residual || x_bytes == 2) && max_cluster >= 16 && cols == 16 * small) {
+        c = 16; /* 16 x 256: the fp32 residual call's 65536, 16-bit 131072 (plan.h) */
         tpr = FN_PLAN_FWD_ROWS_CLUSTER_SMALL_CTA;
-    } else if (residual) { /* two staged inputs: no 512-thread CTA (its stages pass FN_MAX_STAGE_BYTES) */
+    } else if (max_cluster >= 16 && (x_bytes == 2 || residual) && cols == (int64_t)16 * 512 * ept) {
+        c = 16; /* 16-bit 262144, the fp32 residual call's 131072: 16 x 512 (plan.h) */
+        tpr = 512;
+    } else if (x_bytes == 4 && !residual && max_cluster >= 16 && cols == (int64_t)16 * 512 * 32) {
+        ept = 32; /* fp32 262144: 16 x 512 x 32 (plan.h) */
+        c = 16;
+        tpr = 512;
+    } else if (residual) { /* its other rows: no 512-thread CTA over 8 (measured unstaged: 131072 46.5) */
         return 0;
     } else if (x_bytes == 2 && cols == (int64_t)cl * 512 * ept) { /* 16-bit 131072: 8 x 512, filled exactly */
         c = cl;

@@ -255,9 +255,19 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  * 93.7; at 16 elements 90.1, 92.1, 93.5, 92.6); the others the 16-element
  * tile: the rule above to 32768 columns (20000 72.0 -> 90.8 in 5 x 256), 8
  * x 384 (49152 73.8 -> 94.8; 6 x 256 at 32 elements 93.7) and 16 x 384
- * (98304 71.3 -> 95.0). 262144 stays held (72.5; 16 x 512 at 32 elements,
- * unstaged: 48.2). Without a weight the same tiles (step 95: a weight of
- * ones in the cache; 49152 83.9 -> 94.7, 98304 76.4 -> 95.6).
+ * (98304 71.3 -> 95.0). 262144 in 16 x 512 at 32 elements, staged since
+ * step 99 (common.cuh, stage_cap): held 72.7 -> 96.9 (unstaged it ran at
+ * 60.1). Without a weight the same tiles (step 95: a weight of ones in the
+ * cache; 49152 83.9 -> 94.7, 98304 76.4 -> 95.6; 262144 77.2 -> 97.6).
+ *
+ * Clusters of 16 where the device launches them (RMSNorm: the backend's
+ * max_cluster; LayerNorm stops at FN_FWD_LN_MAX_CLUSTER), step 99, % of copy,
+ * planner before -> 16 CTAs: 16-bit 131072 in 16 x 256 at three stages
+ * (norm_fwd.cu) 89.7 -> 92.0 (8 x 512 before; two stages 85.6), 16-bit
+ * 262144 in 16 x 512 75.7 -> 78.7 (fp16 79.2); the residual call: bf16
+ * 131072 in 16 x 256 81.0 -> 86.2, 262144 in 16 x 512 76.1 -> 80.8, fp32
+ * 131072 in 16 x 512 x 16 77.3 -> 95.0 (two staged inputs in 128 KiB, which
+ * stage_cap lets a 512-thread CTA over a cluster take).
  *
  * The residual call (steps 93, 94) from FN_PLAN_STREAM_FWD_RES_BYTES (32
  * KiB) takes the fewest CTAs of up to 256 threads, at most 8 (its general
@@ -388,9 +398,10 @@ static inline int fn_plan_cluster_xchg_ok(int cluster, int rows_per_block, int t
 }
 
 /* The 16-bit RMSNorm + residual backward's rows of this many columns take the
- * 16-element tile over clusters, not the 32-element tile (see fn_plan_make). */
+ * 16-element tile over clusters, not the 32-element tile (see fn_plan_make;
+ * past 65536 over 16 CTAs, step 99). */
 #define FN_PLAN_RES_BWD_NARROW_MIN_COLS 16384
-#define FN_PLAN_RES_BWD_NARROW_MAX_COLS 65536
+#define FN_PLAN_RES_BWD_NARROW_MAX_COLS 131072
 
 /* The 16-bit backward's rows in one CTA from this many columns (not the
  * residual call) take the 32-element tile, but RMSNorm's rows that the

@@ -242,7 +242,8 @@ static th_case training_case(fusednorm_norm norm, int64_t cols, fusednorm_dtype 
 void th_suite_training(fusednorm_backend be)
 {
     /* Up to 262144: the backward's wide tile in clusters of 2 to 16 (fp32 from 8192: CTAs of
-     * 256 threads in clusters of 2 to 16, of 512 in 8 with the residual; 10240 in 4 x 160,
+     * 256 threads in clusters of 2 to 16, 512 in 16 at 131072 with 128 KiB of stages; the residual
+     * call in CTAs of up to 256 threads over up to 16, 49152 in 16 x 192; 10240 in 4 x 160,
      * 12000 in a cluster of 3). The forward's residual call holds rows past 32 KiB over a
      * cluster (24576 bf16 in 4 CTAs of 192 threads, 32768 in 4 of 256). The forward holds
      * fp32 rows from 128 (8 threads a row) and 192 (16, a quarter idle). 2000, 2304, 2600, 3000,
@@ -251,8 +252,8 @@ void th_suite_training(fusednorm_backend be)
      * three CTAs per SM; 2304 at 160 threads a row). The 16-bit backward's wide tile in one CTA
      * (step 98): LayerNorm from 3072 (3200, 3600 and 4096 two rows a CTA of 256 threads), RMSNorm
      * 3200, 5000 (inexact) and 6144 (192 threads). */
-    static const int64_t cols[] = {128,  192,  256,   1024,  2000,  2048,  2304,  2600,  3000,  3200,   3600,
-                                   4096, 5000, 6144,  8192,  10240, 12000, 16384, 24576, 32768, 65536, 131072,
+    static const int64_t cols[] = {128,  192,  256,   1024,  2000,  2048,  2304,  2600,  3000,  3200,  3600, 4096,
+                                   5000, 6144, 8192,  10240, 12000, 16384, 24576, 32768, 49152, 65536, 131072,
                                    262144};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
         for (int d = 0; d < 3; d++)

@@ -146,11 +146,13 @@ static void test_odd_grid(void)
  * with FUSEDNORM_GRID_CAP=2 walks them too (the cap is read once a process). */
 static void test_fwd_rows_cluster(void)
 {
-    /* 16-bit: 5 x 256 (inexact), 8 x 256, 8 x 512; fp32 (steps 91, 93): 5 x
-     * 256 (inexact), 3 x 256 and 4 x 256 at 32 elements, 8 x 384, 8 x 256
-     * at 32, 16 x 384, 16 x 256 at 32, and without a weight (a weight of
-     * ones in the cache: step 95) */
-    static const int64_t cols[] = {40000, 65536, 131072, 20000, 24576, 32768, 49152, 65536, 98304, 131072};
+    /* 16-bit: 5 x 256 (inexact), 8 x 256, 16 x 256 (three stages), 16 x 512;
+     * fp32 (steps 91, 93, 99): 5 x 256 (inexact), 3 x 256 and 4 x 256 at 32
+     * elements, 8 x 384, 8 x 256 at 32, 16 x 384, 16 x 256 at 32, 16 x 512 at
+     * 32 (128 KiB of stages), and without a weight (a weight of ones in the
+     * cache: step 95). Rows of 262144 walk the grid on 40 rows (8 clusters
+     * of 16 resident on the H200), not 300. */
+    static const int64_t cols[] = {40000, 65536, 131072, 262144, 20000, 24576, 32768, 49152, 65536, 98304, 131072, 262144};
     /* The planner's pipeline depth (FN_DEEP_STAGES on some tiles: launch_rows
      * in norm_fwd.cu), then through the lab knob FUSEDNORM_FWD_DEEP two
      * stages everywhere and three on every cluster (16 too), each on 100
@@ -161,8 +163,9 @@ static void test_fwd_rows_cluster(void)
         for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
             for (int f = 0; f < 5; f++) {
                 if (d > 0 && f != 4) continue;
-                th_case c = th_case_default(FUSEDNORM_RMSNORM, f == 4 ? d ? 100 : 300 : 9, cols[i],
-                                            i >= 3 ? FUSEDNORM_F32 : (i + f) % 2 ? FUSEDNORM_BF16 : FUSEDNORM_F16);
+                const int64_t walk = cols[i] >= 262144 ? 40 : d ? 100 : 300;
+                th_case c = th_case_default(FUSEDNORM_RMSNORM, f == 4 ? walk : 9, cols[i],
+                                            i >= 4 ? FUSEDNORM_F32 : (i + f) % 2 ? FUSEDNORM_BF16 : FUSEDNORM_F16);
                 c.bias_on = f == 1 || d > 0;
                 c.weight_offset = f == 2 ? 1.0f : 0.0f;
                 c.weight_on = f != 3;
@@ -195,12 +198,14 @@ static void test_fwd_rows_cluster(void)
      * place (residual_out == residual, y == x), without residual_out, with
      * a bias and no weight, 300 rows walking the grid. */
     /* fp32 (step 94, the general kernel over a cluster with the exchange):
-     * 2 x 256, 8 x 256, 16 x 256; 12292 held (4 x 224 inexact lost). */
-    static const int64_t res_cols[] = {16384, 16392, 40000, 65536, 8192, 12292, 32768, 65536};
+     * 2 x 256, 8 x 256, 16 x 256; 12292 held (4 x 224 inexact lost). Step
+     * 99: 16-bit 16 x 256 (131072) and 16 x 512 (262144), fp32 16 x 512
+     * (131072, 128 KiB of stages); those walk the grid on 40 rows. */
+    static const int64_t res_cols[] = {16384, 16392, 40000, 65536, 131072, 262144, 8192, 12292, 32768, 65536, 131072};
     for (size_t i = 0; i < sizeof res_cols / sizeof res_cols[0]; i++)
         for (int f = 0; f < 5; f++) {
-            th_case c = th_case_default(FUSEDNORM_RMSNORM, f == 4 ? 300 : 9, res_cols[i],
-                                        i >= 4 ? FUSEDNORM_F32 : (i + f) % 2 ? FUSEDNORM_BF16 : FUSEDNORM_F16);
+            th_case c = th_case_default(FUSEDNORM_RMSNORM, f == 4 ? res_cols[i] >= 131072 ? 40 : 300 : 9, res_cols[i],
+                                        i >= 6 ? FUSEDNORM_F32 : (i + f) % 2 ? FUSEDNORM_BF16 : FUSEDNORM_F16);
             c.residual_on = 1;
             c.residual_out_on = f != 2;
             c.alias_resout_res = c.alias_y_x = f == 1;

@@ -53,7 +53,10 @@ static int expect_cluster(int64_t nv, int u, int *cta)
  * threads that the row fills exactly, else 16 elements by the 16-bit rule
  * (to 32768 columns), 8 x 384 (49152) or 16 x 384 (98304); the fp32
  * residual call 16 elements by the 16-bit rule where the row fills the
- * tile exactly, or 16 x 256 (65536). Returns the
+ * tile exactly, or 16 x 256 (65536). Clusters of 16 (step 99, a device
+ * that launches them, as check_one's): 16-bit 131072 in 16 x 256 (the
+ * residual call too) in place of 8 x 512, 16-bit 262144 and the fp32
+ * residual call's 131072 in 16 x 512, fp32 262144 in 16 x 512 x 32. Returns the
  * cluster (0: none), the threads a row in *tpr, the elements a thread in *ept. */
 static int expect_rows_cluster(int64_t cols, int x_bytes, int residual, int *tpr, int *ept)
 {
@@ -73,15 +76,20 @@ static int expect_rows_cluster(int64_t cols, int x_bytes, int residual, int *tpr
         if (residual && x_bytes == 4 && (int64_t)c * *tpr * *ept != cols) return 0;
         return c;
     }
-    if (residual && x_bytes == 4 && cols == 16 * 256 * 16) { /* fp32 65536 */
+    if ((residual || x_bytes == 2) && cols == 16 * 256 * (int64_t)*ept) { /* fp32 65536, 16-bit 131072 */
         *tpr = 256;
         return 16;
     }
-    if (residual) return 0;
-    if (x_bytes == 2 && cols == 8 * 512 * 32) {
+    if ((residual || x_bytes == 2) && cols == 16 * 512 * (int64_t)*ept) { /* 16-bit 262144, fp32 131072 */
         *tpr = 512;
-        return 8;
+        return 16;
     }
+    if (x_bytes == 4 && !residual && cols == 16 * 512 * 32) {
+        *tpr = 512;
+        *ept = 32;
+        return 16;
+    }
+    if (residual) return 0;
     if (x_bytes == 4 && (cols == 8 * 384 * 16 || cols == 16 * 384 * 16)) {
         *tpr = 384;
         return cols == 8 * 384 * 16 ? 8 : 16;
@@ -572,11 +580,12 @@ int main(void)
     struct { int64_t cols; int x_bytes, cluster, tpr, ept; } rows_cl[] = {
         {32768, 2, 0, 0, 0},     {32776, 2, 5, 224, 32},  {40000, 2, 5, 256, 32},  {49152, 2, 6, 256, 32},
         {65536, 2, 8, 256, 32},  {65544, 2, 0, 0, 0},     {73728, 2, 0, 0, 0},     {98304, 2, 0, 0, 0},
-        {100000, 2, 0, 0, 0},    {131072, 2, 8, 512, 32}, {131080, 2, 0, 0, 0},    {196608, 2, 0, 0, 0},
-        {262144, 2, 0, 0, 0},    {16384, 4, 0, 0, 0},     {16388, 4, 5, 224, 16},  {20000, 4, 5, 256, 16},
+        {100000, 2, 0, 0, 0},    {131072, 2, 16, 256, 32}, {131080, 2, 0, 0, 0},   {196608, 2, 0, 0, 0},
+        {262144, 2, 16, 512, 32}, {524288, 2, 0, 0, 0},    {16384, 4, 0, 0, 0},     {16388, 4, 5, 224, 16},  {20000, 4, 5, 256, 16},
         {24576, 4, 3, 256, 32},  {32768, 4, 4, 256, 32},  {32772, 4, 0, 0, 0},     {40960, 4, 0, 0, 0},
         {49152, 4, 8, 384, 16},  {49156, 4, 0, 0, 0},     {65536, 4, 8, 256, 32},  {65540, 4, 0, 0, 0},
-        {98304, 4, 16, 384, 16}, {131072, 4, 16, 256, 32}, {131076, 4, 0, 0, 0},   {262144, 4, 0, 0, 0},
+        {98304, 4, 16, 384, 16}, {131072, 4, 16, 256, 32}, {131076, 4, 0, 0, 0},   {262144, 4, 16, 512, 32},
+        {262148, 4, 0, 0, 0},   {524288, 4, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof rows_cl / sizeof rows_cl[0]; i++) {
         const int xb = rows_cl[i].x_bytes;
@@ -609,18 +618,22 @@ int main(void)
         pb.max_cluster = 8; /* a device without non-portable clusters: at most 8 */
         p = fn_plan_make(&pb);
         ASSERT_TRUE(p.path != FN_PATH_ROWS_IN_REGISTERS || p.cluster <= 8);
-        if (rows_cl[i].cluster == 16) ASSERT_TRUE(p.path != FN_PATH_ROWS_IN_REGISTERS);
+        if (rows_cl[i].cluster == 16 && !(xb == 2 && rows_cl[i].cols == 131072))
+            ASSERT_TRUE(p.path != FN_PATH_ROWS_IN_REGISTERS);
+        if (xb == 2 && rows_cl[i].cols == 131072) expect_tile(&p, 8, 512, 32, 8); /* as before step 99 */
         pb.max_cluster = 4; /* a device that launches no cluster of 8: held */
         ASSERT_TRUE(fn_plan_make(&pb).path != FN_PATH_ROWS_IN_REGISTERS || pb.cols * xb <= 65536);
     }
     /* The residual call from 32 KiB (steps 93, 94): the fewest CTAs of up
      * to 256 threads, at most 8, 32 elements a thread (16 for fp32, and fp32
-     * 65536 in 16 x 256); no CTA of 512; held past. */
+     * 65536 in 16 x 256); clusters of 16 that the row fills exactly (step 99:
+     * bf16 131072 in 16 x 256, 262144 in 16 x 512, fp32 131072 in 16 x 512);
+     * held past. */
     struct { int64_t cols; int x_bytes, cluster, tpr; } res_cl[] = {
         {8192, 2, 0, 0},   {16384, 2, 2, 256}, {16392, 2, 3, 192}, {24576, 2, 3, 256}, {32768, 2, 4, 256},
-        {40000, 2, 5, 256}, {49152, 2, 6, 256}, {65536, 2, 8, 256}, {65544, 2, 0, 0},  {131072, 2, 0, 0},
-        {262144, 2, 0, 0}, {4096, 4, 0, 0},    {8192, 4, 2, 256},  {12292, 4, 0, 0},   {24576, 4, 6, 256}, {32768, 4, 8, 256},
-        {32772, 4, 0, 0},  {49152, 4, 0, 0},   {65536, 4, 16, 256}, {131072, 4, 0, 0},
+        {40000, 2, 5, 256}, {49152, 2, 6, 256}, {65536, 2, 8, 256}, {65544, 2, 0, 0},  {131072, 2, 16, 256},
+        {262144, 2, 16, 512}, {98304, 2, 0, 0}, {4096, 4, 0, 0},    {8192, 4, 2, 256},  {12292, 4, 0, 0},   {24576, 4, 6, 256}, {32768, 4, 8, 256},
+        {32772, 4, 0, 0},  {49152, 4, 0, 0},   {65536, 4, 16, 256}, {131072, 4, 16, 512},
     };
     for (size_t i = 0; i < sizeof res_cl / sizeof res_cl[0]; i++) {
         const int xb = res_cl[i].x_bytes;
@@ -714,16 +727,24 @@ int main(void)
     ASSERT_EQ_INT(fn_plan_make(&f32_256).tpr, 16);
     f32_256.x_bytes = 2;
     ASSERT_EQ_INT(fn_plan_make(&f32_256).path, FN_PATH_ROWS_IN_REGISTERS);
-    /* The fp32 residual call keeps clusters of 8 (65536 in 8 x 512) and
-     * takes 256-thread CTAs below them (16384 in 4 x 256). */
-    fn_plan_problem f32_res = {1, 65536, 4, 1, 9, 16, 0, 0, FN_STREAM_RESIDUAL, 0, 0, 0, 0, 0};
-    ASSERT_EQ_INT(fn_plan_make(&f32_res).cluster, 8);
-    ASSERT_EQ_INT(fn_plan_make(&f32_res).tpr, 512);
-    f32_res.cols = 16384;
-    ASSERT_EQ_INT(fn_plan_make(&f32_res).cluster, 4);
-    ASSERT_EQ_INT(fn_plan_make(&f32_res).tpr, 256);
+    /* The fp32 residual call (step 99): CTAs of up to 256 threads (its three
+     * staged inputs), over up to 16 of them (65536 in 16 x 256, 49152 in 16
+     * x 192, 16384 in 4 x 256, as before), then 16 x 512 (131072); not the
+     * rule of 9216..12288 (2 x 288 at 9216). */
+    struct { int64_t cols; int tpr, cluster; } f32_res_plans[] = {
+        {16384, 256, 4}, {32768, 256, 8}, {49152, 192, 16}, {65536, 256, 16}, {131072, 512, 16}, {9216, 288, 2},
+    };
+    for (size_t i = 0; i < sizeof f32_res_plans / sizeof f32_res_plans[0]; i++) {
+        fn_plan_problem f32_res = {1, f32_res_plans[i].cols, 4, 1, 9, 16, 0, 0, FN_STREAM_RESIDUAL, 0, 0, 0, 0, 0};
+        snprintf(th_context, sizeof th_context, "fp32 residual bwd cols %lld", (long long)f32_res_plans[i].cols);
+        const fn_plan p = fn_plan_make(&f32_res);
+        ASSERT_EQ_INT(p.path, FN_PATH_ROWS_IN_REGISTERS);
+        ASSERT_EQ_INT(p.ept, 16);
+        ASSERT_EQ_INT(p.tpr, f32_res_plans[i].tpr);
+        ASSERT_EQ_INT(p.cluster, f32_res_plans[i].cluster);
+    }
     /* The 16-bit RMSNorm + residual call keeps the 16-element tile over
-     * clusters at 16384..65536 (steps 81 and 83); the wide tile below and past it,
+     * clusters at 16384..131072 (steps 81, 83 and 99); the wide tile below and past it,
      * and for LayerNorm, as without the residual. */
     fn_plan_problem bf16_res = {1, 16384, 2, 1, 9, 16, 1, 0, FN_STREAM_RESIDUAL, 0, 0, 0, 0, 0};
     fn_plan_problem bf16_plain = bf16_res;
@@ -738,9 +759,15 @@ int main(void)
     bf16_res.cols = bf16_plain.cols = 12288;
     ASSERT_EQ_INT(fn_plan_make(&bf16_res).ept, fn_plan_make(&bf16_plain).ept);
     ASSERT_EQ_INT(fn_plan_make(&bf16_res).cluster, fn_plan_make(&bf16_plain).cluster);
-    bf16_res.cols = bf16_plain.cols = 131072;
+    bf16_res.cols = bf16_plain.cols = 131072; /* step 99: over 16 CTAs */
+    ASSERT_EQ_INT(fn_plan_make(&bf16_res).ept, 16);
+    ASSERT_EQ_INT(fn_plan_make(&bf16_res).cluster, 16);
+    ASSERT_EQ_INT(fn_plan_make(&bf16_res).tpr, 512);
+    ASSERT_EQ_INT(fn_plan_make(&bf16_plain).ept, 32);
+    ASSERT_EQ_INT(fn_plan_make(&bf16_plain).cluster, 8);
+    bf16_res.cols = bf16_plain.cols = 262144; /* past it the wide tile */
     ASSERT_EQ_INT(fn_plan_make(&bf16_res).ept, 32);
-    ASSERT_EQ_INT(fn_plan_make(&bf16_res).cluster, 8);
+    ASSERT_EQ_INT(fn_plan_make(&bf16_res).cluster, 16);
     bf16_res.is_ln = bf16_plain.is_ln = 1;
     for (int64_t c = 8448; c <= 65536; c *= 2) {
         bf16_res.cols = bf16_plain.cols = c;

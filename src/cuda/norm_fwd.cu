@@ -942,10 +942,12 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
              * -> 73.5). Elsewhere they lost 0.4-3.3 points: 16-bit LayerNorm
              * (by its sizes still two CTAs an SM), fp32 RMSNorm on 3..5 CTAs
              * and in 8 x 384 (most of them a CTA an SM fewer), the inexact
-             * tiles (40000, 20000), clusters of 16 (fp32 98304 95.4 -> 92.1). */
-            const bool rule = exact && q.cluster <= 8 &&
-                              ((sizeof(TX) == 4 && plain == 2) ||
-                               (q.cluster == 8 && (sizeof(TX) == 2 ? plain == 1 : EPT == 32)));
+             * tiles (40000, 20000), clusters of 16 (fp32 98304 95.4 -> 92.1)
+             * but 16-bit RMSNorm's 16 x 256 (131072: 85.6 -> 92.0, step 99;
+             * 262144 in 16 x 512 78.7 -> 79.2, within noise, keeps two). */
+            const bool rule = exact && ((q.cluster <= 8 && ((sizeof(TX) == 4 && plain == 2) ||
+                                                            (q.cluster == 8 && (sizeof(TX) == 2 ? plain == 1 : EPT == 32)))) ||
+                                        (sizeof(TX) == 2 && plain == 1 && q.cluster == 16 && q.tpr == 256));
             if (plain && q.wcache && q.cluster > 1 && (p.deep == 2 || (p.deep == 1 && rule)) &&
                 deep_stages <= FN_MAX_STAGE_BYTES && deep_smem <= (size_t)p.smem_max) {
                 fn_fwd_params d = q;
