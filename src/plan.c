@@ -81,7 +81,8 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
      * (131072 in 16 x 512: 73.0 -> 94.6% of copy against the 32-element tile
      * over 8, step 99). */
     const int res16 = pb->is_bwd && pb->x_bytes == 2 && pb->stream == FN_STREAM_RESIDUAL && !pb->is_ln;
-    const int cap_here = pb->is_bwd && (pb->wide_bwd || f32_bwd || res16) ? wide_cap : cap;
+    const int narrow_cap = f32_bwd || res16 ? wide_cap : cap; /* the 16-element (and smaller) tiles' clusters */
+    const int cap_here = pb->is_bwd && pb->wide_bwd ? wide_cap : narrow_cap;
     int max_cluster = pb->cc_major >= 9 ? (pb->max_cluster < cap_here ? pb->max_cluster : cap_here) : 1;
     if (!pb->vec_ok && pb->cols >= FN_PLAN_SCALAR_TWO_PASS_COLS) max_cluster = 0; /* no register plan */
     const int max_ept = pb->is_bwd ? (vec == 1 ? 8 : 16) : (vec == 1 ? 16 : 32);
@@ -175,7 +176,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
             if (!fn_plan_ept_allowed(pb->is_bwd, vec, ept)) continue;
             if (small_bwd && ept > 8) continue;
             const int wide = pb->is_bwd && ept == 32; /* see below */
-            if (wide ? !pb->wide_bwd : cluster > (f32_bwd || res16 ? wide_cap : cap)) continue;
+            if (wide ? !pb->wide_bwd : cluster > narrow_cap) continue;
             /* Powers of two below a warp (the shuffle reduction needs aligned
              * groups), then any whole number of warps up to 512. */
             const int max_tpr = pb->max_tpr > 0 && pb->max_tpr < 512 ? pb->max_tpr : 512;
