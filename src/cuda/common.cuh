@@ -41,12 +41,13 @@ constexpr int FN_DEEP_STAGES = 3;
 constexpr int FN_ODD_EDGE_SLOTS = 16;
 constexpr size_t FN_MAX_STAGE_BYTES = 96 * 1024;
 /* The stages' cap for a CTA of `threads` over a cluster of `cluster`:
- * FN_MAX_STAGE_BYTES keeps CTAs that share an SM resident; a CTA of 512
- * threads over a cluster holds a row slice of 16 fp32 (or 32 16-bit) values a
- * thread and more, at up to 128 registers: it is alone on its SM by its
- * registers, and its stages may take the shared memory it would leave idle
- * (the backward's fp32 16 x 512 x 16 and the forward's fp32 16 x 512 x 32 tiles,
- * 128 KiB of stages; docs/perf.md step 99). */
+ * FN_MAX_STAGE_BYTES keeps CTAs that share an SM resident. Stages past it at
+ * 512 threads are over 96 bytes a thread a stage, which the tiles also hold
+ * or unpack in registers (16 fp32 values a thread and more, up to 128
+ * registers): such a CTA is alone on its SM by its registers, and its stages
+ * may take the shared memory it would leave idle (the backward's fp32 16 x
+ * 512 x 16 and the forward's fp32 16 x 512 x 32 tiles, 128 KiB of stages;
+ * docs/perf.md step 99). */
 __host__ __device__ constexpr size_t stage_cap(int threads, int cluster, int smem_max)
 {
     return threads >= 512 && cluster > 1 ? (size_t)smem_max : FN_MAX_STAGE_BYTES;
