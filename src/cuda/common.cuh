@@ -327,6 +327,9 @@ __device__ __forceinline__ void cluster_xchg_init(RowReduceSmem &sm, int cluster
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (cluster_size > 1) {
+        /* Slots past the cluster's ranks stay zero: row_allreduce adds a
+         * fixed count of them (adding +0.0f leaves every sum's bits as they were). */
+        if (threadIdx.x < 2 * 16 * 2) (&sm.x.slot[0][0][0])[threadIdx.x] = 0.0f;
         if (threadIdx.x == 0) {
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&sm.x.bar[0])) : "memory");
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&sm.x.bar[1])) : "memory");
@@ -357,14 +360,42 @@ __device__ __forceinline__ void lanes_sum(float (&v)[NV], int width)
         for (int i = 0; i < NV; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], off);
 }
 
+/* The exchange's sum (row_allreduce): the first R slots of one buffer added
+ * in rank order, unrolled, two values a load. Slots of ranks past the
+ * cluster hold +0.0f (cluster_xchg_init), so R may exceed the cluster: a
+ * loop over the run-time cluster size cost LayerNorm's forward over 8 CTAs
+ * about 40 instructions a row and thread (two loops, their branches). */
+template <int NV, int R>
+__device__ __forceinline__ void xchg_add(float (&v)[NV], const float (*slot)[2])
+{
+    float s[NV];
+    #pragma unroll
+    for (int i = 0; i < NV; i++) s[i] = 0.0f;
+    #pragma unroll
+    for (int r = 0; r < R; r++) {
+        if constexpr (NV == 2) {
+            const float2 t = *reinterpret_cast<const float2 *>(slot[r]);
+            s[0] += t.x;
+            s[1] += t.y;
+        } else {
+            s[0] += slot[r][0];
+        }
+    }
+    #pragma unroll
+    for (int i = 0; i < NV; i++) v[i] = s[i];
+}
+
 /* Sum NV values over the threads of one row slice (tpr threads: sub-warp
  * groups aligned to powers of two, or whole warps), then over the cluster's
  * CTAs. Every thread of the block must call it (barriers inside: the row's
  * own warps, or the whole cluster). XCHG: over the cluster by the exchange
  * (the kernel called cluster_xchg_init), else through the others' shared
  * memory and a cluster barrier. buf: bit 0 the buffer; with XCHG, bits 1
- * and 2 the phases of the exchange's mbarriers. */
-template <int NV, bool XCHG = false>
+ * and 2 the phases of the exchange's mbarriers. XCHG_UNROLLED = false: the
+ * exchange's sum as a loop, for kernels compiled with the exchange that never
+ * launch over a cluster, where the unrolled sum's code alone cost spills (the
+ * backward's 80-register LayerNorm tiles of several rows a CTA: 68 bytes). */
+template <int NV, bool XCHG = false, bool XCHG_UNROLLED = true>
 __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm, int &buf, int tpr, int sub,
                                               int cluster_size)
 {
@@ -422,19 +453,31 @@ __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm,
                              : "memory");
         }
         const unsigned parity = ((unsigned)buf >> (1 + b)) & 1u;
+        /* The wait acquires at CTA scope: what it waits for is the others'
+         * st.async into this CTA's own shared memory, complete when the
+         * mbarrier's phase is (as a TMA load's). A cluster-scope acquire
+         * also invalidated the SM's L1 (CCTL.IVALL) on every reduction: the
+         * forward's most stalled instruction (ncu, docs/perf.md step 100),
+         * for global data that no reader here takes from L1. */
         asm volatile("{\n\t.reg .pred done;\n\t"
                      "XCHG_WAIT_%=:\n\t"
-                     "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n\t"
+                     "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n\t"
                      "@!done bra XCHG_WAIT_%=;\n\t}" ::"r"(bar),
                      "r"(parity)
                      : "memory");
         buf ^= 2 << b; /* the next phase of buffer b */
         /* every CTA adds the C sums in rank order: the same bits everywhere */
-        #pragma unroll
-        for (int i = 0; i < NV; i++) {
-            float s = 0.0f;
-            for (int r = 0; r < cluster_size; r++) s += sm.x.slot[b][r][i];
-            v[i] = s;
+        if constexpr (XCHG_UNROLLED) {
+            if (cluster_size <= 4) xchg_add<NV, 4>(v, sm.x.slot[b]);
+            else if (cluster_size <= 8) xchg_add<NV, 8>(v, sm.x.slot[b]);
+            else xchg_add<NV, 16>(v, sm.x.slot[b]);
+        } else { /* a kernel that compiles the exchange but never runs it (see XCHG_UNROLLED) */
+            #pragma unroll
+            for (int i = 0; i < NV; i++) {
+                float s = 0.0f;
+                for (int r = 0; r < cluster_size; r++) s += sm.x.slot[b][r][i];
+                v[i] = s;
+            }
         }
     } else if (!XCHG && cluster_size > 1) {
         cg::cluster_group cl = cg::this_cluster();

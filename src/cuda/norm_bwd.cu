@@ -177,6 +177,10 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
     const int tpr = TPR ? TPR : p.tpr, rpb = TPR ? static_tpr_threads(TPR) / TPR : p.rows_per_block;
     const int sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
     const int C = p.cluster, rank = C > 1 ? (int)cluster_rank() : 0;
+    /* Tiles compiled for TPR <= 128 run only in CTAs of several rows
+     * (static_tpr_threads; the dispatch checks rows_per_block), never over a
+     * cluster: the exchange's sum stays a loop there (row_allreduce). */
+    constexpr bool XCHG_SUM = !(TPR && TPR <= 128);
     const int64_t nclusters = gridDim.x / C, cid = blockIdx.x / C;
     const int64_t N = p.cols, groups = (p.rows + rpb - 1) / rpb;
     /* ODD: this CTA's split of its rows (see above); its first row is cid. */
@@ -461,7 +465,7 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
                     for (int j = 0; j < VEC; j++) s[0] += x[j];
                 }
                 if constexpr (ODD) s[0] += ex;
-                row_allreduce<1, true>(s, sm, buf, tpr, sub, C);
+                row_allreduce<1, true, XCHG_SUM>(s, sm, buf, tpr, sub, C);
                 mean = s[0] / (float)N;
             }
             float q[1] = {0.0f};
@@ -479,7 +483,7 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
             }
             if constexpr (ODD)
                 if (eok) q[0] += (ex - mean) * (ex - mean);
-            row_allreduce<1, true>(q, sm, buf, tpr, sub, C);
+            row_allreduce<1, true, XCHG_SUM>(q, sm, buf, tpr, sub, C);
             rstd = rstd_of(q[0], (float)N, p.eps);
         }
         /* x_hat = (x - mean) * rstd; for RMSNorm x * rstd. */
@@ -502,7 +506,7 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
         }
         if constexpr (ODD)
             if (eok) sum_into(s, ex, edy, ew);
-        row_allreduce<LN ? 2 : 1, true>(*reinterpret_cast<float(*)[LN ? 2 : 1]>(s), sm, buf, tpr, sub, C);
+        row_allreduce<LN ? 2 : 1, true, XCHG_SUM>(*reinterpret_cast<float(*)[LN ? 2 : 1]>(s), sm, buf, tpr, sub, C);
         /* dx = rstd * (g - c2 - x_hat * c1) = g * rstd - x_hat * (c1 * rstd) - c2 * rstd */
         const float c1r = s[0] * inv_n * rstd, c2r = LN ? s[1] * inv_n * rstd : 0.0f;
         auto dx_of = [&](float xh, float dy, float w) { return fmaf(-xh, c1r, fmaf(dy * w, rstd, -c2r)); };

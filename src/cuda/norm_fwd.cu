@@ -102,6 +102,9 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
     const int C = p.cluster;
     const int64_t N = p.cols, groups = (p.rows + p.rows_per_block - 1) / p.rows_per_block;
     const int64_t slice = (int64_t)(C > 1 ? cluster_rank() : 0) * tpr * EPT;
+    /* the statistics' 1/N, once: a multiply a row instead of an IEEE
+     * division (the same bits for N a power of two, within an ulp otherwise) */
+    const float inv_n = 1.0f / (float)N;
     /* A persistent grid: each CTA (or cluster) walks row groups with a fixed
      * stride. With vector access the next group's x (and residual) stream into
      * shared memory (cp.async) while this one is reduced and written. */
@@ -271,8 +274,8 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                     s[1] = fmaf(h[k][j], h[k][j], s[1]);
                 }
             row_allreduce<2, XCHG>(s, sm, buf, tpr, sub, C);
-            mean = s[0] / (float)N;
-            const float var = s[1] / (float)N - mean * mean;
+            mean = s[0] * inv_n;
+            const float var = s[1] * inv_n - mean * mean;
             /* the same bits in every CTA of the cluster: the same choice */
             have_rstd = mean * mean <= FN_LN_ONE_EXCHANGE * var;
             if (have_rstd) rstd = rstd_of_var(var, p.eps);
@@ -283,9 +286,19 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) s[0] += h[k][j];
             row_allreduce<1, XCHG>(s, sm, buf, tpr, sub, C);
-            mean = s[0] / (float)N;
+            mean = s[0] * inv_n;
         }
-        if (p.is_ln) {
+        /* The output takes x_hat = h * rstd + shift (shift = -mean * rstd):
+         * one FFMA an element. Rows whose squares cross the CTA (or cluster)
+         * a second time are centred first, their shift then zero; rows of
+         * the one exchange are not centred at all (an FADD an element
+         * fewer: LayerNorm's forward over 8 CTAs is bound by instruction
+         * issue, docs/perf.md step 100). There mean^2 <= 4 var bounds the
+         * cancellation of h * rstd against mean * rstd to a few units of
+         * x_hat's rounding. */
+        bool centre = p.is_ln && !have_rstd;
+        if constexpr (SHIFT) centre = p.is_ln;
+        if (centre) {
             /* h - mean from here on (RMSNorm skips it: one FADD per element) */
             #pragma unroll
             for (int k = 0; k < K; k++) {
@@ -303,8 +316,9 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                     #pragma unroll
                     for (int j = 0; j < VEC; j++) q[0] += h[k][j] * h[k][j];
             row_allreduce<1, XCHG>(q, sm, buf, tpr, sub, C);
-            rstd = rstd_of(q[0], (float)N, p.eps);
+            rstd = rstd_of_var(q[0] * inv_n, p.eps);
         }
+        const float shift = centre ? 0.0f : -mean * rstd;
 
         if (row_ok && lane == 0 && slice == 0) {
             if (p.rstd) p.rstd[row] = rstd;
@@ -330,7 +344,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
             }
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
-                float v = h[k][j] * rstd;
+                float v = fmaf(h[k][j], rstd, shift);
                 if (has_w) v *= w[j];
                 if (has_b) v += b[j];
                 y[j] = v;
