@@ -390,6 +390,12 @@ int fn_plan_fwd_rows_cluster_call(const fn_plan_problem *pb)
     return !pb->is_bwd && !pb->no_tile && pb->vec_ok && pb->cc_major >= 9 && !pb->w32 && rows;
 }
 
+int fn_plan_fwd_ln_max_cluster(int64_t cols, int x_bytes)
+{
+    const int sixteen = cols == 131072 || (x_bytes == 2 && cols == 262144);
+    return sixteen ? 16 : FN_FWD_LN_MAX_CLUSTER;
+}
+
 static int is_f32_wide_cluster(int64_t c) { return c == 3 || c == 4 || c == 8 || c == 16; }
 
 int fn_plan_use_fwd_rows_cluster(fn_plan *pl, int64_t cols, int x_bytes, int max_cluster, int residual)

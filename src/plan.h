@@ -214,6 +214,15 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
 #define FN_PLAN_HELD_CLUSTER_CTA_THREADS 512
 #define FN_PLAN_HELD_MAX_CLUSTER 16
 #define FN_FWD_LN_MAX_CLUSTER 8
+/* LayerNorm's forward call of the register tile (fn_plan_fwd_rows_cluster_call)
+ * takes clusters of 16 on the rows that fill one exactly, where the lab
+ * measured them faster after step 100 (docs/perf.md step 101, % of copy,
+ * planner before -> 16 CTAs at three stages): fp32 131072 in 16 x 256 x 32
+ * 68.1 (held) -> 88.0, 16-bit 131072 in 16 x 256 80.2 (8 x 512) -> 83.2,
+ * 262144 in 16 x 512 57.7 (streamed) -> 77.0. Not fp32 262144 (16 x 512 x
+ * 32: 57.9 -> 54.4). Other rows and calls: FN_FWD_LN_MAX_CLUSTER. The
+ * backend's max_cluster for such a call. */
+int fn_plan_fwd_ln_max_cluster(int64_t cols, int x_bytes);
 
 /* The fp32 backward's rows that take 16 x 160 x 4 (to 10240 columns) or
  * 16 x 256 x 3 (a cluster of 3), more CTAs resident per SM than the

@@ -606,6 +606,17 @@ int main(void)
             expect_tile(&p, rows_cl[i].cluster, rows_cl[i].tpr, rows_cl[i].ept, 16 / xb);
         else
             ASSERT_TRUE(p.path != FN_PATH_ROWS_IN_REGISTERS || p.cluster <= FN_FWD_LN_MAX_CLUSTER);
+        /* and at the backend's max_cluster for its tile call (step 101): 16
+         * CTAs at fp32 131072 and 16-bit 131072 / 262144, RMSNorm's tiles */
+        const int ln16 = rows_cl[i].cols == 131072 || (xb == 2 && rows_cl[i].cols == 262144);
+        ASSERT_EQ_INT(fn_plan_fwd_ln_max_cluster(rows_cl[i].cols, xb), ln16 ? 16 : FN_FWD_LN_MAX_CLUSTER);
+        ln.max_cluster = fn_plan_fwd_ln_max_cluster(rows_cl[i].cols, xb);
+        p = fn_plan_make(&ln);
+        if (rows_cl[i].cluster && (ln16 || rows_cl[i].cluster <= FN_FWD_LN_MAX_CLUSTER))
+            expect_tile(&p, rows_cl[i].cluster, rows_cl[i].tpr, rows_cl[i].ept, 16 / xb);
+        else
+            ASSERT_TRUE(p.path != FN_PATH_ROWS_IN_REGISTERS || p.cluster <= FN_FWD_LN_MAX_CLUSTER);
+        if (ln16) ASSERT_EQ_INT(p.cluster, 16);
         fn_plan_problem other[3] = {pb, pb, pb};
         other[0].w32 = 1;
         other[1].vec_ok = 0;

@@ -334,6 +334,7 @@ static void held_override(const fn_plan_problem *pb, fn_plan *pl)
     if (r && strcmp(r, "0") == 0 && fn_plan_fwd_rows_cluster_call(pb)) {
         fn_plan_problem held = *pb;
         held.no_tile = 1;
+        if (held.is_ln && held.max_cluster > FN_FWD_LN_MAX_CLUSTER) held.max_cluster = FN_FWD_LN_MAX_CLUSTER;
         *pl = fn_plan_make(&held);
     }
     /* FUSEDNORM_FWD_HELD_CTA=T: the clustered held plan with CTAs of at most
@@ -578,6 +579,9 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     fn_plan_problem pb = {0, a->cols, x_bytes, vec_ok || shift_ok, df.cc_major, max_cluster, 0, shift_ok ? 256 : 0,
                           streamable, w32, !odd_call ? FN_STREAM_NONE : has_res ? FN_STREAM_RESIDUAL : FN_STREAM_COMMON,
                           a->norm == FUSEDNORM_LAYERNORM, 0, 0};
+    /* ... but for the rows of its register-tile call that measured faster
+     * over 16 CTAs (fn_plan_fwd_ln_max_cluster) */
+    if (pb.is_ln && fn_plan_fwd_rows_cluster_call(&pb)) pb.max_cluster = fn_plan_fwd_ln_max_cluster(a->cols, x_bytes);
     fn_plan pl = plan_for(&pb, "FUSEDNORM_PLAN_FWD", &p.tpr, &p.rows_per_block, &p.cluster);
     p.odd = pl.path == FN_PATH_HELD && !vec_ok;
     if (shift_ok && !p.odd) {

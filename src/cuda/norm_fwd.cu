@@ -958,10 +958,15 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
              * and in 8 x 384 (most of them a CTA an SM fewer), the inexact
              * tiles (40000, 20000), clusters of 16 (fp32 98304 95.4 -> 92.1)
              * but 16-bit RMSNorm's 16 x 256 (131072: 85.6 -> 92.0, step 99;
-             * 262144 in 16 x 512 78.7 -> 79.2, within noise, keeps two). */
+             * 262144 in 16 x 512 78.7 -> 79.2, within noise, keeps two).
+             * After step 100 (fewer instructions a row) LayerNorm's exact
+             * tiles gain too (ln_rule, step 101): bf16 65536 in 8 x 256 86.8
+             * -> 91.3, 131072 in 16 x 256 81.0 -> 83.2, 262144 in 16 x 512
+             * 74.4 -> 77.0, fp32 131072 in 16 x 256 x 32 86.3 -> 88.0. */
+            const bool ln_rule = plain == 2 && (sizeof(TX) == 4 ? q.cluster <= 16 : q.cluster == 8 || q.cluster == 16);
             const bool rule = exact && ((q.cluster <= 8 && ((sizeof(TX) == 4 && plain == 2) ||
                                                             (q.cluster == 8 && (sizeof(TX) == 2 ? plain == 1 : EPT == 32)))) ||
-                                        (sizeof(TX) == 2 && plain == 1 && q.cluster == 16 && q.tpr == 256));
+                                        (sizeof(TX) == 2 && plain == 1 && q.cluster == 16 && q.tpr == 256) || ln_rule);
             if (plain && q.wcache && q.cluster > 1 && (p.deep == 2 || (p.deep == 1 && rule)) &&
                 deep_stages <= FN_MAX_STAGE_BYTES && deep_smem <= (size_t)p.smem_max) {
                 fn_fwd_params d = q;
