@@ -50,7 +50,7 @@ int fn_plan_ept_allowed(int is_bwd, int vec, int ept)
 {
     if (ept < vec) return 0;
     if (vec == 1) return is_bwd ? (ept == 4 || ept == 8) : (ept == 4 || ept == 8 || ept == 16);
-    return ept == 4 || ept == 8 || ept == 16 || (ept == 32 && (!is_bwd || vec == 8));
+    return ept == 4 || ept == 8 || ept == 16 || (ept == 32 && (!is_bwd || vec == 8 || vec == 4));
 }
 
 static double log2i(int v) { return log((double)v) / log(2.0); }
@@ -177,6 +177,7 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
             if (small_bwd && ept > 8) continue;
             const int wide = pb->is_bwd && ept == 32; /* see below */
             if (wide ? !pb->wide_bwd : cluster > narrow_cap) continue;
+            if (wide && pb->x_bytes == 4 && pb->cols != FN_PLAN_F32_BWD_WIDE_COLS) continue;
             /* Powers of two below a warp (the shuffle reduction needs aligned
              * groups), then any whole number of warps up to 512. */
             const int max_tpr = pb->max_tpr > 0 && pb->max_tpr < 512 ? pb->max_tpr : 512;
@@ -392,7 +393,8 @@ int fn_plan_fwd_rows_cluster_call(const fn_plan_problem *pb)
 
 int fn_plan_fwd_ln_max_cluster(int64_t cols, int x_bytes)
 {
-    const int sixteen = cols == 131072 || (x_bytes == 2 && cols == 262144);
+    (void)x_bytes;
+    const int sixteen = cols == 131072 || cols == 262144;
     return sixteen ? 16 : FN_FWD_LN_MAX_CLUSTER;
 }
 

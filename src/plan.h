@@ -35,8 +35,9 @@ typedef struct fn_plan_problem {
     int vec_ok;           /* every pointer/stride allows VEC-wide 16-byte access and cols % VEC == 0 */
     int cc_major;         /* device compute capability */
     int max_cluster;      /* largest cluster the device launches (1 without cluster support) */
-    int wide_bwd;         /* backward: the 32-element tile is launchable (16-bit x and dy of the activation
-                           * dtype, staged: the backend checks shared memory); 0 leaves it out */
+    int wide_bwd;         /* backward: the 32-element tile is launchable (x and dy of the activation dtype,
+                           * staged: the backend checks shared memory; fp32 the common call only, one
+                           * stage, at FN_PLAN_F32_BWD_WIDE_COLS); 0 leaves it out */
     int max_tpr;          /* threads per row at most (0: 512). The SHIFT kernels take 256: with their
                            * 128 registers a CTA of more than 256 threads is alone on its SM */
     int stream;           /* forward: the streaming kernel can run this call (FN_STREAM_*: x, y, weight
@@ -219,10 +220,20 @@ enum { FN_STREAM_NONE = 0, FN_STREAM_COMMON = 1, FN_STREAM_RESIDUAL = 2 };
  * measured them faster after step 100 (docs/perf.md step 101, % of copy,
  * planner before -> 16 CTAs at three stages): fp32 131072 in 16 x 256 x 32
  * 68.1 (held) -> 88.0, 16-bit 131072 in 16 x 256 80.2 (8 x 512) -> 83.2,
- * 262144 in 16 x 512 57.7 (streamed) -> 77.0. Not fp32 262144 (16 x 512 x
- * 32: 57.9 -> 54.4). Other rows and calls: FN_FWD_LN_MAX_CLUSTER. The
- * backend's max_cluster for such a call. */
+ * 262144 in 16 x 512 57.7 (streamed) -> 77.0; fp32 262144 in 16 x 512 x 32
+ * with one stage beside its weight and bias cache (norm_fwd.cu, ONE; step
+ * 102). Other rows and calls: FN_FWD_LN_MAX_CLUSTER. The backend's
+ * max_cluster for such a call (x_bytes: unused, every dtype alike). */
 int fn_plan_fwd_ln_max_cluster(int64_t cols, int x_bytes);
+
+/* The fp32 backward's 32-element tile (one stage refilled as it drains:
+ * norm_bwd.cu, bwd_stages) only on the rows it fills exactly, 16 x 512 x 32
+ * = 262144 columns (the column split's before; 2405 -> 3325 GB/s RMSNorm,
+ * 2403 -> 3182 LayerNorm, docs/perf.md step 102). Its form with idle
+ * columns (a run-time tpr) hit an illegal instruction at 200000 and is not
+ * launched (norm_bwd.cu launch_plain); 131072 in 8 x 512 x 32 lost to 16 x
+ * 512 x 16 (87.9 against 98.4% of copy). */
+#define FN_PLAN_F32_BWD_WIDE_COLS 262144
 
 /* The fp32 backward's rows that take 16 x 160 x 4 (to 10240 columns) or
  * 16 x 256 x 3 (a cluster of 3), more CTAs resident per SM than the
@@ -328,7 +339,7 @@ int fn_plan_streams(const fn_plan_problem *pb);
 int fn_plan_stream_keeps_weight(const fn_plan_problem *pb);
 
 /* The element-per-thread values the kernels are instantiated for (the
- * backward's 32 only for 16-bit rows with vector access; see wide_bwd). */
+ * backward's 32 only for rows of 16-byte vectors; see wide_bwd). */
 int fn_plan_ept_allowed(int is_bwd, int vec, int ept);
 
 /* Threads per CTA of the two-pass kernels (one row per CTA) for this row. */

@@ -229,7 +229,8 @@ static void test_fwd_rows_cluster(void)
  * (x_offset): those take the second exchange, so that the exchange's buffers
  * and mbarrier phases turn over at one and two reductions a row in turn.
  * Clusters of 16 (step 101): fp32 16 x 256 x 32, 16-bit 16 x 256 and 16 x
- * 512, by the knob and by the planner. */
+ * 512, by the knob and by the planner; fp32 16 x 512 x 32 (step 102: one
+ * stage, refilled at each row's start). */
 static void test_fwd_ln_cluster(void)
 {
     /* sixteen: a tile of 16 CTAs (fewer rows, below); the rest take 0 */
@@ -243,6 +244,8 @@ static void test_fwd_ln_cluster(void)
         /* the planner's tiles of 16 CTAs (step 101) */
         {131072, FUSEDNORM_F32, "32,256,16", 1}, {131072, FUSEDNORM_BF16, "32,256,16", 1},
         {262144, FUSEDNORM_BF16, "32,512,16", 1}, {262144, FUSEDNORM_F16, "32,512,16", 1},
+        /* fp32 16 x 512 x 32: one stage beside the weight and bias cache (step 102) */
+        {262144, FUSEDNORM_F32, "32,512,16", 1},
         /* and as the planner gives them (no knob) */
         {131072, FUSEDNORM_F32, NULL, 1}, {262144, FUSEDNORM_BF16, NULL, 1},
     };
@@ -280,6 +283,60 @@ static void test_fwd_ln_cluster(void)
     unsetenv("FUSEDNORM_FWD_DEEP");
 }
 #endif
+
+/* The fp32 backward's 32-element tile (step 102): one stage of x and dy,
+ * refilled vector by vector as the dx pass drains it (norm_bwd.cu, ROLL),
+ * on the rows it fills exactly at 512 threads. Against the CPU backend:
+ * the planner's 16 x 512 x 32 at 262144, the knob's 8 x 512 x 32 at 131072,
+ * and 200000 and the knob's 16 x 256 x 32 (131072), which take the column
+ * split and the 16-element tile (the tile's idle-column form is not run); RMSNorm and LayerNorm, dweight and dbias, statistics given and
+ * recomputed, weight_offset, atomic dweight, on 20 rows (the grid's at most
+ * 8 clusters of 16 walk two or three rows each, so that each refill lands
+ * in a row that follows), and without a weight (not the common call: the
+ * column split). Deterministic: dweight and dbias bitwise equal run to run. */
+static void test_bwd_f32_wide(void)
+{
+    static const struct { int64_t cols; const char *plan; } cases[] = {
+        {262144, NULL}, {200000, NULL}, {131072, "32,512,8"}, {131072, "32,256,16"}};
+    /* 200000 and 16 x 256 x 32: not launched on the tile (the planner's column
+     * split, the knob refused): the results must not change */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].plan) setenv("FUSEDNORM_PLAN_BWD", cases[i].plan, 1);
+        else unsetenv("FUSEDNORM_PLAN_BWD");
+        for (int n = 0; n < 2; n++)
+            for (int f = 0; f < 4; f++) {
+                if (i >= 2 && f >= 2) continue; /* the knob's tiles: the plain call only */
+                th_case c = th_case_default((fusednorm_norm)n, 20, cases[i].cols, FUSEDNORM_F32);
+                c.bias_on = c.dbias_on = n == 1;
+                c.dweight_on = 1;
+                c.store_rstd = c.bwd_stats_given = f != 1;
+                c.store_mean = n && f != 1;
+                if (f == 1) c.weight_offset = 1.0f;
+                if (f == 2) c.flags = FUSEDNORM_ATOMIC_DWEIGHT;
+                if (f == 3) c.weight_on = c.dweight_on = 0;
+                c.x_offset = n ? 3.0f : 0.0f;
+                gpu_vs_cpu(&c, "fp32 backward, 32-element tile: gpu vs cpu");
+            }
+    }
+    unsetenv("FUSEDNORM_PLAN_BWD");
+    for (int n = 0; n < 2; n++) {
+        th_case c = th_case_default((fusednorm_norm)n, 20, 262144, FUSEDNORM_F32);
+        c.skip_fwd = 1;
+        c.dweight_on = 1;
+        c.bias_on = c.dbias_on = n == 1;
+        th_case_result r1, r2;
+        const uint64_t rng = th_rng_get();
+        th_run_case(&c, FUSEDNORM_CUDA, &r1);
+        th_rng_set(rng);
+        th_run_case(&c, FUSEDNORM_CUDA, &r2);
+        snprintf(th_context, sizeof th_context, "fp32 262144 backward determinism, norm %d", n);
+        ASSERT_TRUE(r1.dweight_bits && r2.dweight_bits && memcmp(r1.dweight_bits, r2.dweight_bits, r1.dweight_bytes) == 0);
+        if (n) ASSERT_TRUE(r1.dbias_bits && r2.dbias_bits && memcmp(r1.dbias_bits, r2.dbias_bits, r1.dbias_bytes) == 0);
+        th_context[0] = '\0';
+        th_case_result_free(&r1);
+        th_case_result_free(&r2);
+    }
+}
 
 /* dweight/dbias bitwise equal across runs without ATOMIC_DWEIGHT. */
 static void test_determinism(void)
@@ -746,6 +803,7 @@ int main(void)
         {"odd_grid", test_odd_grid},
         {"fwd_rows_cluster", test_fwd_rows_cluster},
         {"fwd_ln_cluster", test_fwd_ln_cluster},
+        {"bwd_f32_wide", test_bwd_f32_wide},
         {"determinism", test_determinism},
         {"unsupported_mix", test_unsupported_mix},
         {"graph_capture", test_graph_capture},

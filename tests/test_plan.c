@@ -187,7 +187,10 @@ static void check_one(int is_bwd, int64_t cols, int x_bytes, int vec_ok, int cc,
             ASSERT_EQ_INT(p.rows_per_block, 1);
         }
         ASSERT_TRUE(p.tpr * p.ept >= vec);
-        if (is_bwd && p.ept == 32) ASSERT_TRUE(wide && vec == 8); /* the wide tile: only when launchable */
+        /* the wide tile: only when launchable, fp32's only past what 16 x 512 x 16 holds */
+        if (is_bwd && p.ept == 32) ASSERT_TRUE(wide && (vec == 8 || (vec == 4 && cols == FN_PLAN_F32_BWD_WIDE_COLS)));
+        if (is_bwd && vec == 4 && wide && cc >= 9 && cols == FN_PLAN_F32_BWD_WIDE_COLS)
+            ASSERT_TRUE(p.ept == 32 && p.cluster == 16 && p.tpr == 512);
         ASSERT_TRUE(fn_plan_cluster_xchg_ok(p.cluster, p.rows_per_block, p.tpr, p.threads)); /* the exchange's */
     } else {
         ASSERT_EQ_INT(p.path, FN_PATH_TWO_PASS);
@@ -606,9 +609,9 @@ int main(void)
             expect_tile(&p, rows_cl[i].cluster, rows_cl[i].tpr, rows_cl[i].ept, 16 / xb);
         else
             ASSERT_TRUE(p.path != FN_PATH_ROWS_IN_REGISTERS || p.cluster <= FN_FWD_LN_MAX_CLUSTER);
-        /* and at the backend's max_cluster for its tile call (step 101): 16
-         * CTAs at fp32 131072 and 16-bit 131072 / 262144, RMSNorm's tiles */
-        const int ln16 = rows_cl[i].cols == 131072 || (xb == 2 && rows_cl[i].cols == 262144);
+        /* and at the backend's max_cluster for its tile call (steps 101,
+         * 102): 16 CTAs at 131072 and 262144, RMSNorm's tiles */
+        const int ln16 = rows_cl[i].cols == 131072 || rows_cl[i].cols == 262144;
         ASSERT_EQ_INT(fn_plan_fwd_ln_max_cluster(rows_cl[i].cols, xb), ln16 ? 16 : FN_FWD_LN_MAX_CLUSTER);
         ln.max_cluster = fn_plan_fwd_ln_max_cluster(rows_cl[i].cols, xb);
         p = fn_plan_make(&ln);

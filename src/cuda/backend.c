@@ -312,7 +312,9 @@ static void plan_override(const char *var, const fn_plan_problem *pb, fn_plan *p
     }
     const int vec = pb->vec_ok ? 16 / x_bytes : 1;
     if (!fn_plan_ept_allowed(is_bwd, vec, ept) || tpr < 1 || tpr > 512 || (tpr > 32 && tpr % 32) ||
-        (tpr < 32 && (tpr & (tpr - 1))) || cluster < 1 || cluster > 16 || (int64_t)ept * tpr * cluster < cols)
+        (tpr < 32 && (tpr & (tpr - 1))) || cluster < 1 || cluster > 16 || (int64_t)ept * tpr * cluster < cols ||
+        (is_bwd && ept == 32 && !pb->wide_bwd) || /* the backward's 32-element tile where it is launchable */
+        (is_bwd && ept == 32 && x_bytes == 4 && (tpr != 512 || (int64_t)ept * tpr * cluster != cols)))
         return;
     set_rows_plan(pl, vec, ept, tpr, cluster, tpr >= 256 ? 1 : 256 / tpr);
 }

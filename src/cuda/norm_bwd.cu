@@ -108,6 +108,16 @@ __host__ __device__ constexpr bool bwd_lb_three256(int tpr, bool shift, bool exa
 {
     return !shift && exact && plain == 2 && (tpr == 16 || tpr == 32);
 }
+/* The fp32 32-element tile (rows past 131072 columns, 16 x 512 x 32 at
+ * 262144): its x and dy are 128 KiB a stage at 512 threads, so one stage
+ * beside the 64 KiB weight cache, refilled as it drains (ROLL in the
+ * kernel: each thread stages its own vectors, and the next row's vector k
+ * goes out as soon as this row's dx of vector k is written). Every other
+ * tile: FN_STAGES, the next rows in flight while one is reduced. */
+template <typename TX, int EPT> __host__ __device__ constexpr int bwd_stages()
+{
+    return sizeof(TX) == 4 && EPT == 32 ? 1 : FN_STAGES;
+}
 template <typename TX, int VEC, int EPT, bool PIPE, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false,
           bool ODD = false> /* see the forward */
 __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three256(TPR, SHIFT, EXACT, PLAIN) ? 256 : 512,
@@ -205,7 +215,10 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
     const float inv_n = 1.0f / (float)N;
     const bool want_w = p.dw != nullptr, want_b = PLAIN == 2 || (!PLAIN && p.db != nullptr);
     const bool wcache = PLAIN || p.wcache;
-    constexpr int STAGES = SHIFT ? FN_SHIFT_STAGES : FN_STAGES;
+    constexpr int STAGES = SHIFT ? FN_SHIFT_STAGES : bwd_stages<TX, EPT>();
+    /* ROLL: one stage, refilled vector by vector in the dx pass (bwd_stages) */
+    constexpr bool ROLL = PIPE && STAGES == 1;
+    static_assert(!ROLL || (PLAIN >= 1 && PLAIN <= 2 && !SHIFT && !ODD), "ROLL: the common call's staged tile");
 
     float *wc = reinterpret_cast<float *>(dyn_smem + p.wcache_off);
 
@@ -304,7 +317,9 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
     };
     /* The first rows' loads go out before the weight cache is filled (their
      * latencies overlap). */
-    if constexpr (PIPE)
+    if constexpr (ROLL)
+        issue(cid, 0);
+    else if constexpr (PIPE)
         #pragma unroll
         for (int st = 0; st < STAGES - 1; st++) issue(cid + st * nclusters, st);
     /* Over a cluster (one row a CTA of whole warps: the backend plans no
@@ -386,8 +401,12 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
         [[maybe_unused]] float ex = 0.0f, edy = 0.0f, edr = 0.0f;
         [[maybe_unused]] const bool eok = ODD && row_ok && ecol >= 0;
         if constexpr (PIPE) {
-            issue(g + (STAGES - 1) * nclusters, (it + STAGES - 1) % STAGES);
-            cp_async_wait<STAGES - 1>();
+            if constexpr (ROLL) {
+                cp_async_wait<0>(); /* this row, issued as the last one drained */
+            } else {
+                issue(g + (STAGES - 1) * nclusters, (it + STAGES - 1) % STAGES);
+                cp_async_wait<STAGES - 1>();
+            }
             if constexpr (PACK) {
                 #pragma unroll
                 for (int k = 0; k < K; k++) {
@@ -510,6 +529,24 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
         /* dx = rstd * (g - c2 - x_hat * c1) = g * rstd - x_hat * (c1 * rstd) - c2 * rstd */
         const float c1r = s[0] * inv_n * rstd, c2r = LN ? s[1] * inv_n * rstd : 0.0f;
         auto dx_of = [&](float xh, float dy, float w) { return fmaf(-xh, c1r, fmaf(dy * w, rstd, -c2r)); };
+        /* ROLL: the next row's vector k (with k = 0 its statistics) into the
+         * stage once this thread has read and written vector k of this row:
+         * each thread stages and reads its own chunks, and its store of dx
+         * used what it read, so no barrier guards the slot. */
+        [[maybe_unused]] auto roll = [&](int k) {
+            const int64_t gn = g + nclusters, rn = gn * rpb + sub;
+            if (gn >= groups || rn >= p.rows) return;
+            if (k == 0 && p.rstd) {
+                const unsigned ss = smem_addr(&stat_slot[threadIdx.x]);
+                cp_async4_s(ss, p.rstd + rn);
+                if (p.is_ln) cp_async4_s(ss + 4, p.mean + rn);
+            }
+            if (!col_ok[k]) return;
+            const unsigned so = stage_s + (unsigned)(k * nthr + (int)threadIdx.x) * 16u;
+            const int64_t c = slice + ((int64_t)k * tpr + lane) * VEC;
+            cp_async16_s_l2(so, (const TX *)p.x + rn * p.sx + c, l2_last);
+            cp_async16_s_l2(so + (unsigned)(K * chx * nthr) * 16u, (const TX *)p.dy + rn * p.sdy + c, l2_last);
+        };
 
         #pragma unroll
         for (int k = 0; k < K; k++) {
@@ -518,7 +555,10 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
                 fetch(k, x, dy);
                 if (has_dres_out) unstage_shifted<TX, VEC, K>(drst, k, nthr, tpr, drs, dres);
             }
-            if (!(row_ok && col_ok[k])) continue;
+            if (!(row_ok && col_ok[k])) {
+                if constexpr (ROLL) roll(k);
+                continue;
+            }
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
             if constexpr (!SHIFT) fetch(k, x, dy);
             weight_of(k, w);
@@ -543,7 +583,9 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
             if constexpr (RES) {
                 if (has_dres) store_vec<TX, VEC>((TX *)p.dres, row * p.sdres + col, dx);
             } else if (has_dres) store_dyn<TX, VEC>(p.dres, p.dt_dres, row * p.sdres + col, dx);
+            if constexpr (ROLL) roll(k);
         }
+        if constexpr (ROLL) cp_async_commit();
         if constexpr (ODD)
             if (eok) {
                 const float xh = xhat(ex);
@@ -814,11 +856,11 @@ __global__ void __launch_bounds__(FN_COLUMNS_THREADS, sizeof(TX) == 2 ? 3 : 4) n
 
 /* ---- launchers ------------------------------------------------------------ */
 
-/* FN_STAGES stages of x and dy (and dresidual_out: inputs = 3), 16-byte
+/* bwd_stages stages of x and dy (and dresidual_out: inputs = 3), 16-byte
  * chunks per thread (see the kernel). */
 template <typename TX, int VEC, int EPT> static size_t bwd_stage_bytes(int threads, int inputs)
 {
-    return FN_STAGES * (size_t)(EPT / VEC) * inputs * threads * 16;
+    return bwd_stages<TX, EPT>() * (size_t)(EPT / VEC) * inputs * threads * 16;
 }
 
 /* After the stages: each thread's (rstd, mean) per stage (fn_bwd_wide_fits sizes the wide tile with it too). */
@@ -866,7 +908,7 @@ static cudaError_t launch_plain(const fn_bwd_params &q, int grid, int threads, s
                                threads, smem, q.cluster, stream, active);
     };
     auto run_time_tpr = [&] { return launch(std::integral_constant<int, 0>{}); };
-    if constexpr ((EPT == 16 || EPT == 32) && sizeof(TX) == 2)
+    if constexpr ((EPT == 16 && sizeof(TX) == 2) || EPT == 32)
         if (threads == static_tpr_threads(q.tpr) && q.rows_per_block == threads / q.tpr) {
             /* tpr 16 and 32 compiled for LayerNorm only (bwd_lb_three256) */
             if constexpr (EPT == 16 && PLAIN == 2)
@@ -1019,7 +1061,7 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     /* Staged only where x and dy are of the activation dtype (the kernel's
      * pipeline is specialized on it); other mixes load straight into registers. */
     const bool same_dtypes = p.dt_x == dtype_of<TX>::value && p.dt_dy == dtype_of<TX>::value;
-    const size_t stat_bytes = bwd_stat_bytes(threads);
+    const size_t stat_bytes = bwd_stat_bytes(threads, bwd_stages<TX, EPT>());
     /* The 32-element tile is staged past FN_MAX_STAGE_BYTES (128 KiB at 512
      * threads): its registers keep one CTA per SM resident anyway. The
      * backend plans it only where x's and dy's stages fit (fn_bwd_wide_fits).
@@ -1043,7 +1085,22 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     q.wcache = cache_bytes > 0 && smem + cache_bytes <= (size_t)p.smem_max;
     q.wcache_off = (int)smem;
     if (q.wcache) smem += cache_bytes;
-    if constexpr (VEC > 1)
+    if constexpr (sizeof(TX) == 4 && EPT == 32) {
+        /* The fp32 32-element tile: the common call only, staged, the weight
+         * cached (fn_bwd_wide_fits; one stage, ROLL in the kernel). */
+        /* Exact tiles of 512 threads only: the run-time-tpr form with idle
+         * columns hit an illegal instruction (200000 in 16 x 416, step 102). */
+        auto exact512 = [&](auto plain) {
+            return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, decltype(plain)::value, 512>, q, grid,
+                                   threads, smem, q.cluster, stream, active);
+        };
+        const bool exact = q.cols == (int64_t)q.cluster * 512 * EPT && q.tpr == 512 && threads == 512;
+        if (exact && pipe && q.wcache && !res_plain) switch (bwd_is_plain(q)) {
+            case 1: return exact512(std::integral_constant<int, 1>{});
+            case 2: return exact512(std::integral_constant<int, 2>{});
+            }
+        return cudaErrorInvalidConfiguration;
+    } else if constexpr (VEC > 1) {
         if (pipe) {
             if (res_plain && q.wcache) return launch_plain<TX, VEC, EPT, 3>(q, grid, threads, smem, stream, active);
             switch (bwd_is_plain(q)) {
@@ -1053,6 +1110,7 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
             return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 0>, q, grid, threads, smem,
                                    p.cluster, stream, active);
         }
+    }
     if constexpr (EPT > 16) {
         return cudaErrorInvalidConfiguration; /* never planned unstaged: it would spill (fn_bwd_wide_fits) */
     } else {
@@ -1071,7 +1129,9 @@ static cudaError_t dispatch_ept(const fn_bwd_params &p, int ept, int grid, int t
     case 4: if constexpr (VEC <= 4) return launch_rows<TX, VEC, 4>(p, grid, threads, s, active); break;
     case 8: return launch_rows<TX, VEC, 8>(p, grid, threads, s, active);
     case 16: if constexpr (VEC > 1) return launch_rows<TX, VEC, 16>(p, grid, threads, s, active); break;
-    case 32: if constexpr (VEC == 8) return launch_rows<TX, VEC, 32>(p, grid, threads, s, active); break;
+    case 32:
+        if constexpr (VEC == 8 || (VEC == 4 && sizeof(TX) == 4)) return launch_rows<TX, VEC, 32>(p, grid, threads, s, active);
+        break;
     }
     return cudaErrorInvalidValue;
 }
@@ -1156,8 +1216,15 @@ extern "C" int fn_launch_bwd_columns(const fn_bwd_params *p, int col_chunks, int
 
 extern "C" int fn_bwd_wide_fits(const fn_bwd_params *p)
 {
+    if (p->dt_x != p->dt_dx || p->dt_dy != p->dt_dx) return 0;
+    if (p->dt_dx == FN_DT_F32) {
+        /* one stage of x and dy, the statistics and the weight cache at 512
+         * threads (196 KiB), for the common call only (launch_rows) */
+        const size_t smem = fn::bwd_stage_bytes<float, 4, 32>(512, 2) + fn::bwd_stat_bytes(512, 1) + 512 * 32 * sizeof(float);
+        return fn::bwd_plain_call(*p) != 0 && smem <= (size_t)p->smem_max;
+    }
     const size_t stages = fn::bwd_stage_bytes<__half, 8, 32>(512, 2) + fn::bwd_stat_bytes(512);
-    return p->dt_dx != FN_DT_F32 && p->dt_x == p->dt_dx && p->dt_dy == p->dt_dx && stages <= (size_t)p->smem_max;
+    return stages <= (size_t)p->smem_max;
 }
 
 extern "C" int fn_bwd_shift_fits(const fn_bwd_params *p, int ept, int threads)

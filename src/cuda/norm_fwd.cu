@@ -64,7 +64,7 @@ constexpr int FWD_CLUSTER_GENERAL = 3;
  * squares in a second exchange, as rows in one CTA always do. */
 constexpr float FN_LN_ONE_EXCHANGE = 4.0f;
 template <typename TX, int VEC, int EPT, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false,
-          bool DEEP = false>
+          bool DEEP = false, bool ONE = false>
 __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR) ? 4 : PLAIN || SHIFT ? 1 : 0)
     norm_fwd_rows_in_registers(const fn_fwd_params p)
 {
@@ -111,7 +111,13 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
     const bool pipe = PROMISE || SHIFT || (VEC > 1 && p.pipe);
     /* DEEP: FN_DEEP_STAGES, for the PLAIN tiles over a cluster (launch_rows). */
     static_assert(!DEEP || (PROMISE && !SHIFT), "DEEP: the PLAIN tiles");
-    constexpr int STAGES = SHIFT ? FN_SHIFT_STAGES : DEEP ? FN_DEEP_STAGES : FN_STAGES;
+    /* ONE: a single stage, where two and the weight and bias cache do not
+     * fit (launch_rows): x is unstaged into registers (h) at the row's start,
+     * so the next row's x goes into the stage as soon as this thread has
+     * read its chunks (its own: no barrier), and streams in while the row's
+     * sums cross the cluster and y is written. */
+    static_assert(!ONE || (PROMISE && !SHIFT && !DEEP), "ONE: the PLAIN tiles");
+    constexpr int STAGES = SHIFT ? FN_SHIFT_STAGES : DEEP ? FN_DEEP_STAGES : ONE ? 1 : FN_STAGES;
     extern __shared__ __align__(16) unsigned char dyn_smem[];
     uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
     /* x is of dtype TX: one 16-byte chunk per vector; the residual may be fp32. */
@@ -170,7 +176,9 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
     };
     /* The first rows' loads go out before the weight cache is filled, so
      * that the two global-memory latencies of a CTA's start overlap. */
-    if (pipe)
+    if constexpr (ONE)
+        issue(first, 0);
+    else if (pipe)
         #pragma unroll
         for (int st = 0; st < STAGES - 1; st++) issue(first + st * stride, st);
     /* Over a cluster (one row a CTA of whole warps: fn_plan_cluster_xchg_ok),
@@ -196,7 +204,9 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
 
         float h[K][VEC];
         bool ok[K];
-        if (pipe) {
+        if constexpr (ONE) {
+            cp_async_wait<0>(); /* this row, issued as the last one was read */
+        } else if (pipe) {
             issue(group + (STAGES - 1) * stride, (it + STAGES - 1) % STAGES);
             cp_async_wait<STAGES - 1>();
         }
@@ -230,6 +240,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                 for (int j = 0; j < VEC; j++) h[k][j] = 0.0f;
             }
         }
+        if constexpr (ONE) issue(group + stride, 0); /* h holds this row: the stage is free */
         if (has_res) {
             #pragma unroll
             for (int k = 0; k < K; k++) {
@@ -825,15 +836,15 @@ static int fwd_is_plain(const fn_fwd_params &q, bool ones = false)
  * fill the tile; else with EPT 32 (the planner's choice for 16-bit rows from
  * N = 1024 up) and a power-of-two tpr in a CTA of max(tpr, 256) threads, the
  * one compiled for that tpr. */
-template <typename TX, int VEC, int EPT, int PLAIN, bool DEEP = false>
+template <typename TX, int VEC, int EPT, int PLAIN, bool DEEP = false, bool ONE = false>
 static cudaError_t launch_plain(const fn_fwd_params &q, int grid, int threads, size_t smem, cudaStream_t stream,
                                 int *active)
 {
     if (q.cols != (int64_t)q.cluster * q.tpr * EPT) /* the tile has idle columns: the column checks stay */
-        return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, 0, false, false, DEEP>, q, grid, threads,
-                               smem, q.cluster, stream, active);
+        return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, 0, false, false, DEEP, ONE>, q, grid,
+                               threads, smem, q.cluster, stream, active);
     auto launch = [&](auto tpr) { /* TPR = 0: the run-time tpr */
-        return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, decltype(tpr)::value, true, false, DEEP>,
+        return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, decltype(tpr)::value, true, false, DEEP, ONE>,
                                q, grid, threads, smem, q.cluster, stream, active);
     };
     auto run_time_tpr = [&] { return launch(std::integral_constant<int, 0>{}); };
@@ -974,6 +985,19 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
                 if (plain == 1) return launch_plain<TX, VEC, EPT, 1, true>(d, grid, threads, deep_smem, stream, active);
                 return launch_plain<TX, VEC, EPT, 2, true>(d, grid, threads, deep_smem, stream, active);
             }
+        }
+        if constexpr (sizeof(TX) == 4 && EPT == 32) {
+            /* fp32 LayerNorm's 16 x 512 x 32 (262144): two stages (128 KiB)
+             * and the weight and bias cache (128 KiB) pass smem_max; one
+             * stage refilled at each row's start (ONE) leaves room for the
+             * cache. */
+            const size_t one = (size_t)(EPT / VEC) * chunks * threads * 16;
+            fn_fwd_params o = q;
+            o.pipe = 1;
+            o.wcache = 1;
+            o.wcache_off = (int)one;
+            if (!q.wcache && q.cluster > 1 && one + cache_bytes <= (size_t)p.smem_max && fwd_is_plain(o, ones) == 2)
+                return launch_plain<TX, VEC, EPT, 2, false, true>(o, grid, threads, one + cache_bytes, stream, active);
         }
         switch (plain) {
         case 1: return launch_plain<TX, VEC, EPT, 1>(q, grid, threads, smem, stream, active);
