@@ -108,8 +108,8 @@ __host__ __device__ constexpr bool bwd_lb_three256(int tpr, bool shift, bool exa
 {
     return !shift && exact && plain == 2 && (tpr == 16 || tpr == 32);
 }
-/* The fp32 32-element tile (rows past 131072 columns, 16 x 512 x 32 at
- * 262144): its x and dy are 128 KiB a stage at 512 threads, so one stage
+/* The fp32 32-element tile (16 x 512 x 32 at 262144, the exact form only:
+ * launch_rows): its x and dy are 128 KiB a stage at 512 threads, so one stage
  * beside the 64 KiB weight cache, refilled as it drains (ROLL in the
  * kernel: each thread stages its own vectors, and the next row's vector k
  * goes out as soon as this row's dx of vector k is written). Every other
@@ -908,7 +908,7 @@ static cudaError_t launch_plain(const fn_bwd_params &q, int grid, int threads, s
                                threads, smem, q.cluster, stream, active);
     };
     auto run_time_tpr = [&] { return launch(std::integral_constant<int, 0>{}); };
-    if constexpr ((EPT == 16 && sizeof(TX) == 2) || EPT == 32)
+    if constexpr ((EPT == 16 || EPT == 32) && sizeof(TX) == 2)
         if (threads == static_tpr_threads(q.tpr) && q.rows_per_block == threads / q.tpr) {
             /* tpr 16 and 32 compiled for LayerNorm only (bwd_lb_three256) */
             if constexpr (EPT == 16 && PLAIN == 2)
