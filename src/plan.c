@@ -391,9 +391,8 @@ int fn_plan_fwd_rows_cluster_call(const fn_plan_problem *pb)
     return !pb->is_bwd && !pb->no_tile && pb->vec_ok && pb->cc_major >= 9 && !pb->w32 && rows;
 }
 
-int fn_plan_fwd_ln_max_cluster(int64_t cols, int x_bytes)
+int fn_plan_fwd_ln_max_cluster(int64_t cols)
 {
-    (void)x_bytes;
     const int sixteen = cols == 131072 || cols == 262144;
     return sixteen ? 16 : FN_FWD_LN_MAX_CLUSTER;
 }
@@ -421,8 +420,8 @@ int fn_plan_use_fwd_rows_cluster(fn_plan *pl, int64_t cols, int x_bytes, int max
     } else if (max_cluster >= 16 && (x_bytes == 2 || residual) && cols == (int64_t)16 * 512 * ept) {
         c = 16; /* 16-bit 262144, the fp32 residual call's 131072: 16 x 512 (plan.h) */
         tpr = 512;
-    } else if (x_bytes == 4 && !residual && max_cluster >= 16 && cols == (int64_t)16 * 512 * 32) {
-        ept = 32; /* fp32 262144: 16 x 512 x 32 (plan.h) */
+    } else if (x_bytes == 4 && max_cluster >= 16 && cols == (int64_t)16 * 512 * 32) {
+        ept = 32; /* fp32 262144: 16 x 512 x 32, the residual call's too (plan.h) */
         c = 16;
         tpr = 512;
     } else if (residual) { /* its other rows: no 512-thread CTA over 8 (measured unstaged: 131072 46.5) */

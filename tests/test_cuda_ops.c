@@ -200,8 +200,10 @@ static void test_fwd_rows_cluster(void)
     /* fp32 (step 94, the general kernel over a cluster with the exchange):
      * 2 x 256, 8 x 256, 16 x 256; 12292 held (4 x 224 inexact lost). Step
      * 99: 16-bit 16 x 256 (131072) and 16 x 512 (262144), fp32 16 x 512
-     * (131072, 128 KiB of stages); those walk the grid on 40 rows. */
-    static const int64_t res_cols[] = {16384, 16392, 40000, 65536, 131072, 262144, 8192, 12292, 32768, 65536, 131072};
+     * (131072, 128 KiB of stages); those walk the grid on 40 rows. Step
+     * 103: fp32 16 x 512 x 32 (262144, one stage of x and the residual,
+     * refilled as each row is unstaged). */
+    static const int64_t res_cols[] = {16384, 16392, 40000, 65536, 131072, 262144, 8192, 12292, 32768, 65536, 131072, 262144};
     for (size_t i = 0; i < sizeof res_cols / sizeof res_cols[0]; i++)
         for (int f = 0; f < 5; f++) {
             th_case c = th_case_default(FUSEDNORM_RMSNORM, f == 4 ? res_cols[i] >= 131072 ? 40 : 300 : 9, res_cols[i],
@@ -284,6 +286,37 @@ static void test_fwd_ln_cluster(void)
 }
 #endif
 
+#if FUSEDNORM_WITH_CUDA
+/* LayerNorm's forward of rows in one CTA: the held kernel (rows of
+ * 1024..32768, several a CTA: 8 of 32 threads at 1024, 4 of 64 at 2048, 2
+ * of 128 fp32 4096; each row's barriers its own), its ODD form (1004, 4100),
+ * its fp32-weight form (w32), and the register tile at 256 (32 rows of 8
+ * threads a CTA); with and without bias and weight, mean and rstd stored,
+ * the outlier rows, and the odd rows about 100 (x_offset) between rows about
+ * zero in one CTA: a variance from E[h^2] - mean^2 would lose those rows'
+ * digits. Against the CPU backend. */
+static void test_fwd_ln_one_cta(void)
+{
+    static const struct { int64_t cols; fusednorm_dtype dt; } cases[] = {
+        {256, FUSEDNORM_BF16},  {1024, FUSEDNORM_BF16}, {1024, FUSEDNORM_F32},  {2048, FUSEDNORM_F16},
+        {4096, FUSEDNORM_F32},  {8192, FUSEDNORM_BF16}, {32768, FUSEDNORM_BF16}, {1004, FUSEDNORM_BF16},
+        {4100, FUSEDNORM_F16},  {256, FUSEDNORM_F32},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int f = 0; f < 5; f++) {
+            th_case c = th_case_default(FUSEDNORM_LAYERNORM, f == 4 ? 301 : 37, cases[i].cols, cases[i].dt);
+            c.bias_on = f != 1;
+            c.weight_on = f != 2;
+            if (f == 3 && cases[i].dt != FUSEDNORM_F32) c.weight = c.bias = FUSEDNORM_F32; /* w32 */
+            c.outliers = f == 0 && cases[i].dt != FUSEDNORM_F16;
+            c.x_offset = f == 0 ? 0.0f : 100.0f;
+            c.store_rstd = c.store_mean = 1;
+            c.skip_bwd = 1;
+            gpu_vs_cpu(&c, "layernorm forward in one CTA: gpu vs cpu");
+        }
+}
+#endif
+
 /* The fp32 backward's 32-element tile (step 102): one stage of x and dy,
  * refilled vector by vector as the dx pass drains it (norm_bwd.cu, ROLL),
  * on the rows it fills exactly at 512 threads. Against the CPU backend:
@@ -336,6 +369,51 @@ static void test_bwd_f32_wide(void)
         th_case_result_free(&r1);
         th_case_result_free(&r2);
     }
+}
+
+/* The fp32 residual backward where two stages of x, dy and dresidual_out do
+ * not fit beside the weight cache (step 104, norm_bwd.cu DROLL: one stage,
+ * x and dy refilled at each row's start, dresidual_out in the dx pass):
+ * 131072 in 16 x 512 x 16, 98304 in 16 x 384 and 81920 in 16 x 320 (their
+ * 96 KiB stage cap), and 126000 (idle columns: not that form, which hit an
+ * illegal instruction, but the general kernel), on 24 rows
+ * (three turns of the 8 resident clusters of 16). Statistics given with
+ * dresidual; recomputed, without dresidual, weight_offset; atomic dweight;
+ * in place (dx == dy, dresidual == dresidual_out); LayerNorm without a
+ * bias (the same call). Against the CPU backend; dweight bitwise equal run
+ * to run. */
+static void test_bwd_res_droll(void)
+{
+    static const int64_t cols[] = {131072, 98304, 81920, 126000};
+    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
+        for (int f = 0; f < 5; f++) {
+            if (i && i < 3 && f && f < 4) continue; /* 16 x 384 and 16 x 320: two cases each */
+            th_case c = th_case_default(f == 4 ? FUSEDNORM_LAYERNORM : FUSEDNORM_RMSNORM, 24, cols[i], FUSEDNORM_F32);
+            c.residual_on = c.residual_out_on = 1;
+            c.dresidual_out_on = 1;
+            c.dresidual_on = f != 1;
+            c.dweight_on = 1;
+            c.store_rstd = c.bwd_stats_given = f != 1;
+            c.store_mean = f == 4;
+            if (f == 1) c.weight_offset = 1.0f;
+            if (f == 2) c.flags = FUSEDNORM_ATOMIC_DWEIGHT;
+            if (f == 3) c.alias_dx_dy = c.alias_dres_dresout = 1;
+            if (f == 4) c.x_offset = 3.0f;
+            gpu_vs_cpu(&c, "fp32 residual backward, one stage (DROLL): gpu vs cpu");
+        }
+    th_case c = th_case_default(FUSEDNORM_RMSNORM, 24, 131072, FUSEDNORM_F32);
+    c.residual_on = c.residual_out_on = c.dresidual_out_on = c.dresidual_on = 1;
+    c.dweight_on = 1;
+    th_case_result r1, r2;
+    const uint64_t rng = th_rng_get();
+    th_run_case(&c, FUSEDNORM_CUDA, &r1);
+    th_rng_set(rng);
+    th_run_case(&c, FUSEDNORM_CUDA, &r2);
+    snprintf(th_context, sizeof th_context, "fp32 residual 131072 backward determinism");
+    ASSERT_TRUE(r1.dweight_bits && r2.dweight_bits && memcmp(r1.dweight_bits, r2.dweight_bits, r1.dweight_bytes) == 0);
+    th_context[0] = '\0';
+    th_case_result_free(&r1);
+    th_case_result_free(&r2);
 }
 
 /* dweight/dbias bitwise equal across runs without ATOMIC_DWEIGHT. */
@@ -803,7 +881,9 @@ int main(void)
         {"odd_grid", test_odd_grid},
         {"fwd_rows_cluster", test_fwd_rows_cluster},
         {"fwd_ln_cluster", test_fwd_ln_cluster},
+        {"fwd_ln_one_cta", test_fwd_ln_one_cta},
         {"bwd_f32_wide", test_bwd_f32_wide},
+        {"bwd_res_droll", test_bwd_res_droll},
         {"determinism", test_determinism},
         {"unsupported_mix", test_unsupported_mix},
         {"graph_capture", test_graph_capture},

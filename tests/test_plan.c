@@ -56,7 +56,8 @@ static int expect_cluster(int64_t nv, int u, int *cta)
  * tile exactly, or 16 x 256 (65536). Clusters of 16 (step 99, a device
  * that launches them, as check_one's): 16-bit 131072 in 16 x 256 (the
  * residual call too) in place of 8 x 512, 16-bit 262144 and the fp32
- * residual call's 131072 in 16 x 512, fp32 262144 in 16 x 512 x 32. Returns the
+ * residual call's 131072 in 16 x 512, fp32 262144 in 16 x 512 x 32 (the
+ * residual call's too since step 103). Returns the
  * cluster (0: none), the threads a row in *tpr, the elements a thread in *ept. */
 static int expect_rows_cluster(int64_t cols, int x_bytes, int residual, int *tpr, int *ept)
 {
@@ -84,7 +85,7 @@ static int expect_rows_cluster(int64_t cols, int x_bytes, int residual, int *tpr
         *tpr = 512;
         return 16;
     }
-    if (x_bytes == 4 && !residual && cols == 16 * 512 * 32) {
+    if (x_bytes == 4 && cols == 16 * 512 * 32) { /* the residual call's too (step 103) */
         *tpr = 512;
         *ept = 32;
         return 16;
@@ -612,8 +613,8 @@ int main(void)
         /* and at the backend's max_cluster for its tile call (steps 101,
          * 102): 16 CTAs at 131072 and 262144, RMSNorm's tiles */
         const int ln16 = rows_cl[i].cols == 131072 || rows_cl[i].cols == 262144;
-        ASSERT_EQ_INT(fn_plan_fwd_ln_max_cluster(rows_cl[i].cols, xb), ln16 ? 16 : FN_FWD_LN_MAX_CLUSTER);
-        ln.max_cluster = fn_plan_fwd_ln_max_cluster(rows_cl[i].cols, xb);
+        ASSERT_EQ_INT(fn_plan_fwd_ln_max_cluster(rows_cl[i].cols), ln16 ? 16 : FN_FWD_LN_MAX_CLUSTER);
+        ln.max_cluster = fn_plan_fwd_ln_max_cluster(rows_cl[i].cols);
         p = fn_plan_make(&ln);
         if (rows_cl[i].cluster && (ln16 || rows_cl[i].cluster <= FN_FWD_LN_MAX_CLUSTER))
             expect_tile(&p, rows_cl[i].cluster, rows_cl[i].tpr, rows_cl[i].ept, 16 / xb);

@@ -583,7 +583,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
                           a->norm == FUSEDNORM_LAYERNORM, 0, 0};
     /* ... but for the rows of its register-tile call that measured faster
      * over 16 CTAs (fn_plan_fwd_ln_max_cluster) */
-    if (pb.is_ln && fn_plan_fwd_rows_cluster_call(&pb)) pb.max_cluster = fn_plan_fwd_ln_max_cluster(a->cols, x_bytes);
+    if (pb.is_ln && fn_plan_fwd_rows_cluster_call(&pb)) pb.max_cluster = fn_plan_fwd_ln_max_cluster(a->cols);
     fn_plan pl = plan_for(&pb, "FUSEDNORM_PLAN_FWD", &p.tpr, &p.rows_per_block, &p.cluster);
     p.odd = pl.path == FN_PATH_HELD && !vec_ok;
     if (shift_ok && !p.odd) {

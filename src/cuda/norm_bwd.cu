@@ -119,7 +119,7 @@ template <typename TX, int EPT> __host__ __device__ constexpr int bwd_stages()
     return sizeof(TX) == 4 && EPT == 32 ? 1 : FN_STAGES;
 }
 template <typename TX, int VEC, int EPT, bool PIPE, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false,
-          bool ODD = false> /* see the forward */
+          bool ODD = false, bool DROLL = false> /* see the forward */
 __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three256(TPR, SHIFT, EXACT, PLAIN) ? 256 : 512,
                                   bwd_lb_three(TPR, SHIFT) || bwd_lb_three256(TPR, SHIFT, EXACT, PLAIN) ? 3
                                   : PLAIN || SHIFT                                                      ? 1
@@ -215,9 +215,17 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
     const float inv_n = 1.0f / (float)N;
     const bool want_w = p.dw != nullptr, want_b = PLAIN == 2 || (!PLAIN && p.db != nullptr);
     const bool wcache = PLAIN || p.wcache;
-    constexpr int STAGES = SHIFT ? FN_SHIFT_STAGES : bwd_stages<TX, EPT>();
+    /* DROLL: the residual call's held tile (RES, HOLD) where two stages of
+     * its three inputs do not fit beside the weight cache (fp32 131072 in 16
+     * x 512 x 16: 192 KiB of stages). One stage: x and dy (and the
+     * statistics) are unstaged into registers at the row's start, and the
+     * next row's go into the stage right then; dresidual_out, read only in
+     * the dx pass, is refilled there vector by vector, as ROLL does. Two
+     * commit groups a row: x and dy at its start, dresidual_out at its end. */
+    static_assert(!DROLL || (PLAIN == 3 && EPT <= 16 && !SHIFT && !ODD), "DROLL: the residual call's held tile");
+    constexpr int STAGES = SHIFT ? FN_SHIFT_STAGES : DROLL ? 1 : bwd_stages<TX, EPT>();
     /* ROLL: one stage, refilled vector by vector in the dx pass (bwd_stages) */
-    constexpr bool ROLL = PIPE && STAGES == 1;
+    constexpr bool ROLL = PIPE && STAGES == 1 && !DROLL;
     static_assert(!ROLL || (PLAIN >= 1 && PLAIN <= 2 && !SHIFT && !ODD), "ROLL: the common call's staged tile");
 
     float *wc = reinterpret_cast<float *>(dyn_smem + p.wcache_off);
@@ -291,7 +299,7 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
                 cp_async16_s_l2(sx + (unsigned)(k * nthr) * 16u, xrow + k * tpr * VEC, l2_last);
                 cp_async16_s_l2(sy + (unsigned)(k * nthr) * 16u, dyrow + k * tpr * VEC, l2_last);
             }
-            if constexpr (RES) {
+            if constexpr (RES && !DROLL) { /* DROLL: droll below */
                 const unsigned sr = sy + (unsigned)(K * chy * nthr) * 16u;
                 const TX *rrow = (const TX *)p.dres_out + row * p.sdres_out + slice + lane * VEC;
                 #pragma unroll
@@ -315,11 +323,27 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
         }
         cp_async_commit();
     };
+    /* DROLL: dresidual_out's vector k of row group g into its stage slot
+     * (no commit). */
+    [[maybe_unused]] auto droll_vec = [&](int64_t g, int k) {
+        const int64_t row = g * rpb + sub;
+        if (g >= groups || row >= p.rows || !col_ok[k]) return;
+        const unsigned sr = stage_s + (unsigned)((K * (chx + chy) + k) * nthr + (int)threadIdx.x) * 16u;
+        cp_async16_s_l2(sr, (const TX *)p.dres_out + row * p.sdres_out + slice + ((int64_t)k * tpr + lane) * VEC, l2_last);
+    };
+    [[maybe_unused]] auto droll_row = [&](int64_t g) {
+        #pragma unroll
+        for (int k = 0; k < K; k++) droll_vec(g, k);
+    };
     /* The first rows' loads go out before the weight cache is filled (their
      * latencies overlap). */
-    if constexpr (ROLL)
+    if constexpr (ROLL) {
         issue(cid, 0);
-    else if constexpr (PIPE)
+    } else if constexpr (DROLL) {
+        issue(cid, 0);
+        droll_row(cid);
+        cp_async_commit();
+    } else if constexpr (PIPE)
         #pragma unroll
         for (int st = 0; st < STAGES - 1; st++) issue(cid + st * nclusters, st);
     /* Over a cluster (one row a CTA of whole warps: the backend plans no
@@ -403,6 +427,8 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
         if constexpr (PIPE) {
             if constexpr (ROLL) {
                 cp_async_wait<0>(); /* this row, issued as the last one drained */
+            } else if constexpr (DROLL) {
+                cp_async_wait<1>(); /* this row's x and dy; its dresidual_out (the last group) may be in flight */
             } else {
                 issue(g + (STAGES - 1) * nclusters, (it + STAGES - 1) % STAGES);
                 cp_async_wait<STAGES - 1>();
@@ -461,11 +487,19 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
             }
         };
 
+        /* DROLL: this row's statistics out of the stage, then the next row's
+         * x, dy and statistics in (each thread its own chunks and slot, read
+         * into registers above: no barrier). */
+        [[maybe_unused]] float2 sv_held = make_float2(0.0f, 0.0f);
+        if constexpr (DROLL) {
+            if (p.rstd && row_ok) sv_held = stat_slot[threadIdx.x];
+            issue(g + nclusters, 0);
+        }
         float mean = 0.0f, rstd = 0.0f;
         if (p.rstd) {
             if (row_ok) {
                 if constexpr (PIPE) {
-                    const float2 sv = stat_slot[cur * nthr + threadIdx.x];
+                    const float2 sv = DROLL ? sv_held : stat_slot[cur * nthr + threadIdx.x];
                     rstd = sv.x;
                     if constexpr (LN) mean = sv.y;
                 } else {
@@ -548,6 +582,8 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
             cp_async16_s_l2(so + (unsigned)(K * chx * nthr) * 16u, (const TX *)p.dy + rn * p.sdy + c, l2_last);
         };
 
+        /* DROLL: this row's dresidual_out (the group before the next row's x and dy) */
+        if constexpr (DROLL) cp_async_wait<1>();
         #pragma unroll
         for (int k = 0; k < K; k++) {
             float x[VEC], dy[VEC], w[VEC], dres[VEC], dx[VEC];
@@ -557,6 +593,7 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
             }
             if (!(row_ok && col_ok[k])) {
                 if constexpr (ROLL) roll(k);
+                if constexpr (DROLL) droll_vec(g + nclusters, k);
                 continue;
             }
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
@@ -584,8 +621,9 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
                 if (has_dres) store_vec<TX, VEC>((TX *)p.dres, row * p.sdres + col, dx);
             } else if (has_dres) store_dyn<TX, VEC>(p.dres, p.dt_dres, row * p.sdres + col, dx);
             if constexpr (ROLL) roll(k);
+            if constexpr (DROLL) droll_vec(g + nclusters, k); /* its slot read into dres above */
         }
-        if constexpr (ROLL) cp_async_commit();
+        if constexpr (ROLL || DROLL) cp_async_commit();
         if constexpr (ODD)
             if (eok) {
                 const float xh = xhat(ex);
@@ -1085,6 +1123,26 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     q.wcache = cache_bytes > 0 && smem + cache_bytes <= (size_t)p.smem_max;
     q.wcache_off = (int)smem;
     if (q.wcache) smem += cache_bytes;
+    if constexpr (VEC > 1 && EPT <= 16) {
+        /* The residual call over a cluster where two stages of its three
+         * inputs do not fit beside the weight cache and the statistics (fp32
+         * 131072 in 16 x 512 x 16: 192 + 32 + 8 KiB): one stage (DROLL in
+         * the kernel) rather than dresidual_out read unstaged. */
+        /* Exact tiles only: the form with idle columns (126000 in 16 x 512
+         * x 16) hit an illegal instruction, as ROLL's did (step 102); racecheck
+         * and memcheck saw a 16-byte shared write at a thread's first stage
+         * slot land in "a block that might have already exited". Not found. */
+        const size_t droll = (size_t)(EPT / VEC) * 3 * threads * 16 + bwd_stat_bytes(threads, 1);
+        const bool exact = p.cols == (int64_t)p.cluster * p.tpr * EPT;
+        if (!res_plain && exact && p.cluster > 1 && p.rows_per_block == 1 &&
+            bwd_is_plain_residual(p, dtype_of<TX>::value) && droll <= cap && droll + cache_bytes <= (size_t)p.smem_max) {
+            fn_bwd_params d = p;
+            d.wcache = 1;
+            d.wcache_off = (int)droll;
+            return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 3, 0, true, false, false, true>, d, grid,
+                                   threads, droll + cache_bytes, d.cluster, stream, active);
+        }
+    }
     if constexpr (sizeof(TX) == 4 && EPT == 32) {
         /* The fp32 32-element tile: the common call only, staged, the weight
          * cached (fn_bwd_wide_fits; one stage, ROLL in the kernel). */

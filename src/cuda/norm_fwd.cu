@@ -115,8 +115,11 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
      * fit (launch_rows): x is unstaged into registers (h) at the row's start,
      * so the next row's x goes into the stage as soon as this thread has
      * read its chunks (its own: no barrier), and streams in while the row's
-     * sums cross the cluster and y is written. */
-    static_assert(!ONE || (PROMISE && !SHIFT && !DEEP), "ONE: the PLAIN tiles");
+     * sums cross the cluster and y is written; the residual's likewise
+     * (FWD_CLUSTER_GENERAL: fp32 RMSNorm + residual, where x and the
+     * residual take 128 KiB a stage). */
+    static_assert(!ONE || ((PROMISE || PLAIN == FWD_CLUSTER_GENERAL) && !SHIFT && !DEEP),
+                  "ONE: the PLAIN tiles and fp32's general tile over a cluster");
     constexpr int STAGES = SHIFT ? FN_SHIFT_STAGES : DEEP ? FN_DEEP_STAGES : ONE ? 1 : FN_STAGES;
     extern __shared__ __align__(16) unsigned char dyn_smem[];
     uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
@@ -240,7 +243,6 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                 for (int j = 0; j < VEC; j++) h[k][j] = 0.0f;
             }
         }
-        if constexpr (ONE) issue(group + stride, 0); /* h holds this row: the stage is free */
         if (has_res) {
             #pragma unroll
             for (int k = 0; k < K; k++) {
@@ -254,6 +256,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                 for (int j = 0; j < VEC; j++) h[k][j] += r[j];
             }
         }
+        if constexpr (ONE) issue(group + stride, 0); /* h holds this row: the stage is free */
         if constexpr (SHIFT) {
             #pragma unroll
             for (int k = 0; k < K; k++) {
@@ -998,6 +1001,14 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
             o.wcache_off = (int)one;
             if (!q.wcache && q.cluster > 1 && one + cache_bytes <= (size_t)p.smem_max && fwd_is_plain(o, ones) == 2)
                 return launch_plain<TX, VEC, EPT, 2, false, true>(o, grid, threads, one + cache_bytes, stream, active);
+            /* RMSNorm + residual's 16 x 512 x 32 (262144, step 103): x and
+             * the residual take 128 KiB a stage, two pass smem_max; one
+             * stage refilled as each row is unstaged (ONE), beside the
+             * weight cache (the planner streamed these rows before). */
+            o.wcache = cache_bytes > 0;
+            if (!plain && !q.pipe && q.cluster > 1 && one + cache_bytes <= (size_t)p.smem_max)
+                return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, FWD_CLUSTER_GENERAL, 0, true, false, false, true>,
+                                       o, grid, threads, one + cache_bytes, p.cluster, stream, active);
         }
         switch (plain) {
         case 1: return launch_plain<TX, VEC, EPT, 1>(q, grid, threads, smem, stream, active);
