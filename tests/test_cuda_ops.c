@@ -39,6 +39,25 @@ static void gpu_vs_cpu(const th_case *c, const char *what)
     th_case_result_free(&gpu);
 }
 
+/* Case c twice on the GPU with the same inputs (RNG restored): dweight (and
+ * dbias), where the case asks for them, bitwise equal (no atomics). */
+static void gpu_repeatable(const th_case *c, const char *what)
+{
+    th_case_result r1, r2;
+    const uint64_t rng = th_rng_get();
+    th_run_case(c, FUSEDNORM_CUDA, &r1);
+    th_rng_set(rng);
+    th_run_case(c, FUSEDNORM_CUDA, &r2);
+    snprintf(th_context, sizeof th_context, "%s", what);
+    if (c->dweight_on)
+        ASSERT_TRUE(r1.dweight_bits && r2.dweight_bits && memcmp(r1.dweight_bits, r2.dweight_bits, r1.dweight_bytes) == 0);
+    if (c->dbias_on)
+        ASSERT_TRUE(r1.dbias_bits && r2.dbias_bits && memcmp(r1.dbias_bits, r2.dbias_bits, r1.dbias_bytes) == 0);
+    th_context[0] = '\0';
+    th_case_result_free(&r1);
+    th_case_result_free(&r2);
+}
+
 /* Every feature on, 16-bit, at shapes of each path. */
 static void test_gpu_vs_cpu(void)
 {
@@ -357,17 +376,7 @@ static void test_bwd_f32_wide(void)
         c.skip_fwd = 1;
         c.dweight_on = 1;
         c.bias_on = c.dbias_on = n == 1;
-        th_case_result r1, r2;
-        const uint64_t rng = th_rng_get();
-        th_run_case(&c, FUSEDNORM_CUDA, &r1);
-        th_rng_set(rng);
-        th_run_case(&c, FUSEDNORM_CUDA, &r2);
-        snprintf(th_context, sizeof th_context, "fp32 262144 backward determinism, norm %d", n);
-        ASSERT_TRUE(r1.dweight_bits && r2.dweight_bits && memcmp(r1.dweight_bits, r2.dweight_bits, r1.dweight_bytes) == 0);
-        if (n) ASSERT_TRUE(r1.dbias_bits && r2.dbias_bits && memcmp(r1.dbias_bits, r2.dbias_bits, r1.dbias_bytes) == 0);
-        th_context[0] = '\0';
-        th_case_result_free(&r1);
-        th_case_result_free(&r2);
+        gpu_repeatable(&c, n ? "fp32 262144 backward determinism, layernorm" : "fp32 262144 backward determinism, rmsnorm");
     }
 }
 
@@ -404,16 +413,7 @@ static void test_bwd_res_droll(void)
     th_case c = th_case_default(FUSEDNORM_RMSNORM, 24, 131072, FUSEDNORM_F32);
     c.residual_on = c.residual_out_on = c.dresidual_out_on = c.dresidual_on = 1;
     c.dweight_on = 1;
-    th_case_result r1, r2;
-    const uint64_t rng = th_rng_get();
-    th_run_case(&c, FUSEDNORM_CUDA, &r1);
-    th_rng_set(rng);
-    th_run_case(&c, FUSEDNORM_CUDA, &r2);
-    snprintf(th_context, sizeof th_context, "fp32 residual 131072 backward determinism");
-    ASSERT_TRUE(r1.dweight_bits && r2.dweight_bits && memcmp(r1.dweight_bits, r2.dweight_bits, r1.dweight_bytes) == 0);
-    th_context[0] = '\0';
-    th_case_result_free(&r1);
-    th_case_result_free(&r2);
+    gpu_repeatable(&c, "fp32 residual 131072 backward determinism");
 }
 
 /* dweight/dbias bitwise equal across runs without ATOMIC_DWEIGHT. */
@@ -425,15 +425,7 @@ static void test_determinism(void)
         th_case c = th_case_default((fusednorm_norm)(i & 1), shapes[i][0], shapes[i][1], FUSEDNORM_BF16);
         c.skip_fwd = 1;
         c.dweight_on = c.dbias_on = 1;
-        th_case_result r1, r2;
-        uint64_t rng = th_rng_get();
-        th_run_case(&c, FUSEDNORM_CUDA, &r1);
-        th_rng_set(rng);
-        th_run_case(&c, FUSEDNORM_CUDA, &r2);
-        ASSERT_TRUE(r1.dweight_bits && r2.dweight_bits && memcmp(r1.dweight_bits, r2.dweight_bits, r1.dweight_bytes) == 0);
-        ASSERT_TRUE(r1.dbias_bits && r2.dbias_bits && memcmp(r1.dbias_bits, r2.dbias_bits, r1.dbias_bytes) == 0);
-        th_case_result_free(&r1);
-        th_case_result_free(&r2);
+        gpu_repeatable(&c, "backward determinism");
     }
 }
 
