@@ -886,7 +886,15 @@ int main(void)
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
         if (!only || name_listed(only, groups[i].name)) {
+            /* One flushed line per group, so a run cut short by a timeout
+             * still says which groups finished, how they did and how long
+             * each took. */
+            const long p0 = th_passed, f0 = th_failed;
+            const double t0 = omp_get_wtime();
             groups[i].run();
+            printf("group %s: %ld passed, %ld failed, %.1f s\n", groups[i].name, th_passed - p0, th_failed - f0,
+                   omp_get_wtime() - t0);
+            fflush(stdout);
             ran++;
         }
     if (only) printf("TEST_ONLY=%s: %d of %zu groups run\n", only, ran, sizeof groups / sizeof groups[0]);

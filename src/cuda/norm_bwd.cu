@@ -271,6 +271,12 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
      * in row_body: the last row's tail is not staged, its chunk would pass
      * the tensor's end (see cp_async16_upto_s). */
     [[maybe_unused]] auto edge_staged = [&](int64_t row) { return lane < hd || row != p.rows - 1; };
+    /* dresidual_out's vector k of row into stage st's slot (no commit): the
+     * residual tiles' issue below, and DROLL's refill in the dx pass. */
+    [[maybe_unused]] auto dres_vec = [&](int64_t row, int st, int k) {
+        const unsigned sr = stage_s + (unsigned)(st * per_stage + (K * (chx + chy) + k) * nthr + (int)threadIdx.x) * 16u;
+        cp_async16_s_l2(sr, (const TX *)p.dres_out + row * p.sdres_out + slice + ((int64_t)k * tpr + lane) * VEC, l2_last);
+    };
     auto issue = [&](int64_t g, int st) {
         const int64_t row = g * rpb + sub;
         if (g < groups && row < p.rows) {
@@ -299,13 +305,10 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
                 cp_async16_s_l2(sx + (unsigned)(k * nthr) * 16u, xrow + k * tpr * VEC, l2_last);
                 cp_async16_s_l2(sy + (unsigned)(k * nthr) * 16u, dyrow + k * tpr * VEC, l2_last);
             }
-            if constexpr (RES && !DROLL) { /* DROLL: droll below */
-                const unsigned sr = sy + (unsigned)(K * chy * nthr) * 16u;
-                const TX *rrow = (const TX *)p.dres_out + row * p.sdres_out + slice + lane * VEC;
+            if constexpr (RES && !DROLL) /* DROLL: droll_vec below */
                 #pragma unroll
                 for (int k = 0; k < K; k++)
-                    if (col_ok[k]) cp_async16_s_l2(sr + (unsigned)(k * nthr) * 16u, rrow + k * tpr * VEC, l2_last);
-            }
+                    if (col_ok[k]) dres_vec(row, st, k);
             if constexpr (ODD)
                 if (ecol >= 0) { /* the 16-byte chunk that holds this lane's edge element, of each input */
                     const unsigned se = stage_s + (unsigned)(st * per_stage + edge_off + lane) * 16u;
@@ -323,13 +326,11 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
         }
         cp_async_commit();
     };
-    /* DROLL: dresidual_out's vector k of row group g into its stage slot
-     * (no commit). */
+    /* DROLL: dresidual_out's vector k of row group g into its slot of the
+     * one stage (no commit). */
     [[maybe_unused]] auto droll_vec = [&](int64_t g, int k) {
         const int64_t row = g * rpb + sub;
-        if (g >= groups || row >= p.rows || !col_ok[k]) return;
-        const unsigned sr = stage_s + (unsigned)((K * (chx + chy) + k) * nthr + (int)threadIdx.x) * 16u;
-        cp_async16_s_l2(sr, (const TX *)p.dres_out + row * p.sdres_out + slice + ((int64_t)k * tpr + lane) * VEC, l2_last);
+        if (g < groups && row < p.rows && col_ok[k]) dres_vec(row, 0, k);
     };
     [[maybe_unused]] auto droll_row = [&](int64_t g) {
         #pragma unroll

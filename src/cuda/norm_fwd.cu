@@ -995,20 +995,24 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
              * stage refilled at each row's start (ONE) leaves room for the
              * cache. */
             const size_t one = (size_t)(EPT / VEC) * chunks * threads * 16;
-            fn_fwd_params o = q;
-            o.pipe = 1;
-            o.wcache = 1;
-            o.wcache_off = (int)one;
-            if (!q.wcache && q.cluster > 1 && one + cache_bytes <= (size_t)p.smem_max && fwd_is_plain(o, ones) == 2)
-                return launch_plain<TX, VEC, EPT, 2, false, true>(o, grid, threads, one + cache_bytes, stream, active);
+            /* q with one stage, the cache (if any) after it */
+            auto one_stage = [&](bool cache) {
+                fn_fwd_params o = q;
+                o.pipe = 1;
+                o.wcache = cache;
+                o.wcache_off = (int)one;
+                return o;
+            };
+            const fn_fwd_params ln_one = one_stage(true);
+            if (!q.wcache && q.cluster > 1 && one + cache_bytes <= (size_t)p.smem_max && fwd_is_plain(ln_one, ones) == 2)
+                return launch_plain<TX, VEC, EPT, 2, false, true>(ln_one, grid, threads, one + cache_bytes, stream, active);
             /* RMSNorm + residual's 16 x 512 x 32 (262144, step 103): x and
              * the residual take 128 KiB a stage, two pass smem_max; one
              * stage refilled as each row is unstaged (ONE), beside the
              * weight cache (the planner streamed these rows before). */
-            o.wcache = cache_bytes > 0;
             if (!plain && !q.pipe && q.cluster > 1 && one + cache_bytes <= (size_t)p.smem_max)
                 return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, FWD_CLUSTER_GENERAL, 0, true, false, false, true>,
-                                       o, grid, threads, one + cache_bytes, p.cluster, stream, active);
+                                       one_stage(cache_bytes > 0), grid, threads, one + cache_bytes, p.cluster, stream, active);
         }
         switch (plain) {
         case 1: return launch_plain<TX, VEC, EPT, 1>(q, grid, threads, smem, stream, active);
