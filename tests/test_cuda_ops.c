@@ -306,6 +306,61 @@ static void test_fwd_ln_cluster(void)
 #endif
 
 #if FUSEDNORM_WITH_CUDA
+/* The forward's exchange in two halves (LAG, norm_fwd.cu: the exact 16-bit
+ * tiles of 512 threads over a cluster) against the one-call exchange
+ * (FUSEDNORM_FWD_LAG=0) on the same inputs: y equal element for element (the
+ * same sums in the same order), and each against the fp64 reference (in
+ * th_run_case). 262144 in 16 x 512 on 40 rows (five turns of the 8 resident
+ * clusters: every buffer and phase of the exchange reused), RMSNorm and
+ * LayerNorm, the LayerNorm rows about 100 between rows about zero (the
+ * centred squares at cluster barriers, then the exchange again), two and
+ * three stages; fp16 LayerNorm 131072 in 8 x 512. */
+static void test_fwd_lag(void)
+{
+    static const struct { fusednorm_norm norm; int64_t cols; fusednorm_dtype dt; const char *plan, *deep; } cases[] = {
+        {FUSEDNORM_RMSNORM, 262144, FUSEDNORM_BF16, NULL, "1"},
+        {FUSEDNORM_RMSNORM, 262144, FUSEDNORM_F16, NULL, "2"},
+        {FUSEDNORM_LAYERNORM, 262144, FUSEDNORM_BF16, NULL, "1"},
+        {FUSEDNORM_LAYERNORM, 262144, FUSEDNORM_BF16, NULL, "0"},
+        {FUSEDNORM_LAYERNORM, 131072, FUSEDNORM_F16, "32,512,8", "1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].plan) setenv("FUSEDNORM_PLAN_FWD", cases[i].plan, 1);
+        else unsetenv("FUSEDNORM_PLAN_FWD");
+        setenv("FUSEDNORM_FWD_DEEP", cases[i].deep, 1);
+        th_case c = th_case_default(cases[i].norm, 40, cases[i].cols, cases[i].dt);
+        c.bias_on = cases[i].norm == FUSEDNORM_LAYERNORM;
+        c.weight_offset = cases[i].norm == FUSEDNORM_RMSNORM ? 1.0f : 0.0f;
+        c.x_offset = cases[i].norm == FUSEDNORM_LAYERNORM ? 100.0f : 0.0f;
+        c.store_rstd = 1;
+        c.store_mean = cases[i].norm == FUSEDNORM_LAYERNORM;
+        c.skip_bwd = 1;
+        th_case_result r[2];
+        const uint64_t rng = th_rng_get();
+        for (int lag = 0; lag < 2; lag++) {
+            setenv("FUSEDNORM_FWD_LAG", lag ? "1" : "0", 1);
+            th_rng_set(rng);
+            th_run_case(&c, FUSEDNORM_CUDA, &r[lag]);
+        }
+        snprintf(th_context, sizeof th_context, "forward LAG against the one-call exchange, %s %lld %s (deep %s)",
+                 cases[i].norm == FUSEDNORM_RMSNORM ? "rms" : "ln", (long long)cases[i].cols,
+                 cases[i].dt == FUSEDNORM_BF16 ? "bf16" : "f16", cases[i].deep);
+        int64_t diff = 0;
+        ASSERT_TRUE(r[0].y && r[1].y);
+        if (r[0].y && r[1].y)
+            for (int64_t e = 0; e < r[0].rows * r[0].cols; e++) diff += r[0].y[e] != r[1].y[e];
+        ASSERT_EQ_INT(diff, 0);
+        th_context[0] = '\0';
+        th_case_result_free(&r[0]);
+        th_case_result_free(&r[1]);
+    }
+    unsetenv("FUSEDNORM_PLAN_FWD");
+    unsetenv("FUSEDNORM_FWD_DEEP");
+    unsetenv("FUSEDNORM_FWD_LAG");
+}
+#endif
+
+#if FUSEDNORM_WITH_CUDA
 /* LayerNorm's forward of rows in one CTA: the held kernel (rows of
  * 1024..32768, several a CTA: 8 of 32 threads at 1024, 4 of 64 at 2048, 2
  * of 128 fp32 4096; each row's barriers its own), its ODD form (1004, 4100),
@@ -873,6 +928,7 @@ int main(void)
         {"odd_grid", test_odd_grid},
         {"fwd_rows_cluster", test_fwd_rows_cluster},
         {"fwd_ln_cluster", test_fwd_ln_cluster},
+        {"fwd_lag", test_fwd_lag},
         {"fwd_ln_one_cta", test_fwd_ln_one_cta},
         {"bwd_f32_wide", test_bwd_f32_wide},
         {"bwd_res_droll", test_bwd_res_droll},
@@ -882,6 +938,12 @@ int main(void)
         {"over_2g_elements", test_over_2g_elements},
         {"plan_knob", test_plan_knob},
     };
+    /* TEST_LIST=1: the group names, one a line (bench/device.sh runs each
+     * group as its own process: the CPU reference is the slow part). */
+    if (getenv("TEST_LIST")) {
+        for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) printf("%s\n", groups[i].name);
+        return 0;
+    }
     const char *only = getenv("TEST_ONLY");
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)

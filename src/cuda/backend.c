@@ -209,7 +209,7 @@ static int occ_variant(int is_bwd, const void *params, const fn_plan *pl)
     }
     const fn_fwd_params *f = (const fn_fwd_params *)params;
     return (f->w != NULL) | (f->b != NULL) << 1 | (f->res_out != NULL) << 2 | (f->dt_y == f->dt_x) << 3 | exact << 4 |
-           (f->shift != 0) << 5 | f->deep << 6;
+           (f->shift != 0) << 5 | f->deep << 6 | f->lag << 8;
 }
 
 static fusednorm_status max_active(int device, int is_bwd, const void *params, const fn_plan *pl, const char *fn,
@@ -469,6 +469,18 @@ static int fwd_deep(void)
     return 1;
 }
 
+/* Lab knob FUSEDNORM_FWD_LAG=0 or 2: the forward's PLAIN exact 16-bit tiles
+ * of 512 threads over a cluster meet by the one-call exchange (0) instead of
+ * the exchange in two halves (LAG, norm_fwd.cu; 1, the default), or the
+ * 256-thread tiles take it too (2). Read on every call. Not for production. */
+static int fwd_lag(void)
+{
+    const char *v = getenv("FUSEDNORM_FWD_LAG");
+    if (v && strcmp(v, "0") == 0) return 0;
+    if (v && strcmp(v, "2") == 0) return 2;
+    return 1;
+}
+
 /* Sanitizer knob (bench/device.sh sanitize): FUSEDNORM_GRID_CAP=K keeps the
  * persistent grids to at most K CTAs (clusters), so that a small problem still
  * walks several rows per CTA and exercises the pipeline's stage reuse, the
@@ -547,6 +559,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     p.dt_y = dt_y;
     p.smem_max = df.smem_optin - ROWS_STATIC_SMEM_BYTES;
     p.deep = fwd_deep();
+    p.lag = fwd_lag();
 
     const int x_bytes = (int)fn_dtype_size(act), vec = 16 / x_bytes;
     const int vec_ok = a->cols % vec == 0 && tensor_vec_ok(&a->x) && tensor_vec_ok(&a->residual) &&

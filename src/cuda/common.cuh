@@ -509,6 +509,102 @@ __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm,
     buf ^= 1;
 }
 
+/* ---- the exchange in two halves (the forward's LAG tiles) -----------------
+ * row_allreduce's exchange posts a row's sums and waits for the cluster's at
+ * once, so each row waits out the cluster's slowest CTA with nothing to do.
+ * Split, a CTA posts row i + 1's sums before it waits for row i's, and
+ * normalizes row i while row i + 1's cross the cluster. Reduction `seq`
+ * (one a row, posted in order, each CTA alternating post(seq + 1) and
+ * wait(seq)) goes into buffer seq % 4, whose mbarrier completes one phase
+ * every fourth reduction (parity (seq / 4) % 2). Four buffers suffice: a CTA
+ * posts seq after its wait for seq - 2, so every CTA had posted seq - 2,
+ * which it does after its wait for seq - 4 and the read of that buffer.
+ * The CTA's own slot is written by thread 0 after the CTA barrier of seq's
+ * CTA sum, which every thread reaches after its read of seq - 4 (row slices
+ * of whole CTAs, tpr >= 64: the kernel checks). One row per CTA, at most 16
+ * CTAs (the slots). */
+struct XchgLagSmem {
+    float slot[4][16][2];      /* [buffer][source CTA's rank][value] */
+    unsigned long long bar[4]; /* the mbarrier of each buffer */
+};
+
+/* Every thread of every CTA of the cluster, once, before the first post (a
+ * cluster barrier: no CTA may store into another's mbarrier before it is
+ * initialized). Slots past the cluster's ranks stay +0.0f (see xchg_add). */
+__device__ __forceinline__ void xchg_lag_init(XchgLagSmem &x, int cluster_size)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x < 4 * 16 * 2) (&x.slot[0][0][0])[threadIdx.x] = 0.0f;
+    if (threadIdx.x == 0) {
+        #pragma unroll
+        for (int b = 0; b < 4; b++)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&x.bar[b])) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    cg::this_cluster().sync();
+#else
+    (void)x, (void)cluster_size;
+#endif
+}
+
+/* Posts this CTA's sums v of reduction seq (the same bits in every thread:
+ * row_allreduce over the CTA) to every CTA of the cluster, as
+ * row_allreduce's exchange does; returns at once. */
+template <int NV>
+__device__ __forceinline__ void xchg_lag_post(const float (&v)[NV], XchgLagSmem &x, int seq, int cluster_size)
+{
+    static_assert(NV <= 2, "the slots hold 2 values");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const int b = seq & 3, me = (int)cg::this_cluster().block_rank();
+    float *mine = x.slot[b][me];
+    const unsigned bar = smem_addr(&x.bar[b]);
+    if (threadIdx.x == 0) {
+        #pragma unroll
+        for (int i = 0; i < NV; i++) mine[i] = v[i];
+        asm volatile("{\n\t.reg .b64 st;\n\t"
+                     "mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 st, [%0], %1;\n\t}" ::"r"(bar),
+                     "r"((unsigned)((cluster_size - 1) * NV * 4))
+                     : "memory");
+    } else if ((int)threadIdx.x < cluster_size) {
+        int to = me + (int)threadIdx.x;
+        if (to >= cluster_size) to -= cluster_size;
+        const unsigned slot = xchg_remote(smem_addr(mine), to), rbar = xchg_remote(bar, to);
+        #pragma unroll
+        for (int i = 0; i < NV; i++)
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(slot + 4u * i),
+                         "r"(__float_as_uint(v[i])), "r"(rbar)
+                         : "memory");
+    }
+#else
+    (void)v, (void)x, (void)seq, (void)cluster_size;
+#endif
+}
+
+/* Waits for every CTA's sums of reduction seq and adds them in rank order
+ * into v (the same bits in every CTA, and the bits row_allreduce's exchange
+ * gives). */
+template <int NV>
+__device__ __forceinline__ void xchg_lag_wait(float (&v)[NV], XchgLagSmem &x, int seq, int cluster_size)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const int b = seq & 3;
+    const unsigned bar = smem_addr(&x.bar[b]), parity = ((unsigned)seq >> 2) & 1u;
+    asm volatile("{\n\t.reg .pred done;\n\t"
+                 "XLAG_WAIT_%=:\n\t"
+                 "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n\t"
+                 "@!done bra XLAG_WAIT_%=;\n\t}" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+    if (cluster_size <= 4) xchg_add<NV, 4>(v, x.slot[b]);
+    else if (cluster_size <= 8) xchg_add<NV, 8>(v, x.slot[b]);
+    else xchg_add<NV, 16>(v, x.slot[b]);
+#else
+    (void)x, (void)seq, (void)cluster_size;
+    #pragma unroll
+    for (int i = 0; i < NV; i++) v[i] = 0.0f;
+#endif
+}
+
 /* Count, mean and sum of squared deviations of a set of values, merged as in
  * Chan et al.'s parallel variance: LayerNorm's statistics in one read of the
  * row. The merge is exact algebra but not commutative in its rounding, so

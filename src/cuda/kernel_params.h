@@ -39,6 +39,9 @@ typedef struct fn_fwd_params {
     int deep;                         /* rows path: the PLAIN tiles over a cluster stage FN_DEEP_STAGES
                                        * rows: 1 where they won (launch_rows' rule), 0 never, 2 on
                                        * every cluster (0 and 2: lab knob FUSEDNORM_FWD_DEEP) */
+    int lag;                          /* rows path: the PLAIN exact 16-bit tiles of 512 threads over a cluster
+                                       * post row i + 1's sums before they wait for row i's (LAG): 1 (the
+                                       * default), 0 never, 2 the 256-thread tiles too (lab knob FUSEDNORM_FWD_LAG) */
 } fn_fwd_params;
 
 enum { FN_STREAM_WEIGHT_L1_KEEP = 1, FN_STREAM_WEIGHT_L1_NONE = 2 };

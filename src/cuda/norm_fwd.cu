@@ -64,7 +64,7 @@ constexpr int FWD_CLUSTER_GENERAL = 3;
  * squares in a second exchange, as rows in one CTA always do. */
 constexpr float FN_LN_ONE_EXCHANGE = 4.0f;
 template <typename TX, int VEC, int EPT, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false,
-          bool DEEP = false, bool ONE = false>
+          bool DEEP = false, bool ONE = false, bool LAG = false>
 __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR) ? 4 : PLAIN || SHIFT ? 1 : 0)
     norm_fwd_rows_in_registers(const fn_fwd_params p)
 {
@@ -194,11 +194,130 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
      * in cost them registers (general fp32 EPT 16: 60 -> 102) or spills
      * (SHIFT EPT 32: 116 bytes). */
     constexpr bool XCHG = (sizeof(TX) == 2 || PLAIN) && VEC > 1 && !SHIFT;
-    if constexpr (XCHG) cluster_xchg_init(sm, C);
+    /* LAG: the PLAIN exact tiles over a cluster (launch_plain) meet by the
+     * exchange in two halves (see XchgLagSmem in common.cuh). */
+    static_assert(!LAG || (PROMISE && EXACT && XCHG && !ONE && TPR >= 64 && TPR == static_tpr_threads(TPR)),
+                  "LAG: the PLAIN exact tiles of one row a CTA, over a cluster");
+    if constexpr (XCHG && !LAG) cluster_xchg_init(sm, C);
     if (wcache) {
         if (has_w) fill_column_cache<VEC>(wc, p.w, p.dt_w, p.w_off, slice, tpr, tpr * EPT, N);
         if (has_b) fill_column_cache<VEC>(bc, p.b, p.dt_w, 0.0f, slice, tpr, tpr * EPT, N);
         __syncthreads();
+    }
+    /* LAG: the rows' loop with the exchange in two halves. Row i + 1 is
+     * taken from its stage and its sums posted before row i's are waited
+     * for; row i is then normalized, so two rows are held: packed as staged
+     * (16-bit, 16 registers a row here; as fp32 the two took 128 registers
+     * and spilled), unpacked again for the output. The two arrays swap roles
+     * each row (the loop is unrolled by two). All CTAs of a cluster walk the
+     * same rows, so they post and wait in the same sequence (one reduction a
+     * row, numbered by `it`). */
+    [[maybe_unused]] auto lag_rows = [&](auto ln_t, XchgLagSmem &lx) {
+        constexpr bool LN = decltype(ln_t)::value;
+        constexpr int NV = LN ? 2 : 1;
+        static_assert(!LAG || (sizeof(TX) == 2 && chx == 1), "LAG: 16-bit rows, one chunk a vector");
+        /* Row group g (its stage: the itc-th taken) into hp, and its CTA sums
+         * posted as reduction itc. */
+        auto take = [&](int64_t g, int itc, uint4 (&hp)[K]) {
+            issue(g + (STAGES - 1) * stride, (itc + STAGES - 1) % STAGES);
+            cp_async_wait<STAGES - 1>();
+            const bool ok = g * rpb + sub < p.rows;
+            const uint4 *sx = stage + (itc % STAGES) * per_stage + threadIdx.x;
+            float s[NV];
+            #pragma unroll
+            for (int i = 0; i < NV; i++) s[i] = 0.0f;
+            #pragma unroll
+            for (int k = 0; k < K; k++) {
+                hp[k] = ok ? sx[k * nthr] : make_uint4(0, 0, 0, 0);
+                float h[VEC];
+                unpack_raw<TX, VEC>(hp[k], h);
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) {
+                    if constexpr (LN) s[0] += h[j];
+                    s[NV - 1] = fmaf(h[j], h[j], s[NV - 1]);
+                }
+            }
+            row_allreduce<NV>(s, sm, buf, tpr, sub, 1); /* over the CTA */
+            xchg_lag_post<NV>(s, lx, itc, C);
+        };
+        /* Row group g's statistics (reduction it) and output, from hp. */
+        auto finish = [&](int64_t g, int it, const uint4 (&hp)[K]) {
+            const int64_t row = g * rpb + sub;
+            float t[NV];
+            xchg_lag_wait<NV>(t, lx, it, C);
+            float mean = 0.0f, rstd, shift = 0.0f;
+            bool centre = false;
+            if constexpr (LN) {
+                mean = t[0] * inv_n;
+                const float var = t[1] * inv_n - mean * mean;
+                if (mean * mean <= FN_LN_ONE_EXCHANGE * var) { /* the same choice in every CTA */
+                    rstd = rstd_of_var(var, p.eps);
+                    shift = -mean * rstd;
+                } else { /* the centred squares (see FN_LN_ONE_EXCHANGE), at cluster barriers */
+                    float q[1] = {0.0f};
+                    #pragma unroll
+                    for (int k = 0; k < K; k++) {
+                        float h[VEC];
+                        unpack_raw<TX, VEC>(hp[k], h);
+                        #pragma unroll
+                        for (int j = 0; j < VEC; j++) q[0] = fmaf(h[j] - mean, h[j] - mean, q[0]);
+                    }
+                    if (row >= p.rows) q[0] = 0.0f;
+                    row_allreduce<1>(q, sm, buf, tpr, sub, C);
+                    /* every CTA has read the others' sums before a later row's
+                     * fallback writes them again (no exchange orders them) */
+                    cluster_exit_barrier(C);
+                    rstd = rstd_of_var(q[0] * inv_n, p.eps);
+                    centre = true;
+                }
+            } else {
+                rstd = rstd_of_var(t[0] * inv_n, p.eps);
+            }
+            if (row >= p.rows) return;
+            if (lane == 0 && slice == 0) {
+                if (p.rstd) p.rstd[row] = rstd;
+                if (p.mean) p.mean[row] = mean;
+            }
+            #pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
+                float h[VEC], w[VEC], b[VEC], y[VEC];
+                unpack_raw<TX, VEC>(hp[k], h);
+                read_cache<VEC>(wc, k, lane, tpr, w);
+                if (has_b) read_cache<VEC>(bc, k, lane, tpr, b);
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) {
+                    /* LayerNorm's centred rows: (h - mean) * rstd, shift 0 */
+                    float v = LN && centre ? (h[j] - mean) * rstd : fmaf(h[j], rstd, shift);
+                    v *= w[j];
+                    if (has_b) v += b[j];
+                    y[j] = v;
+                }
+                store_vec<TX, VEC>((TX *)p.y, row * p.sy + col, y);
+            }
+        };
+        if (first >= groups) return;
+        uint4 ha[K], hb[K];
+        take(first, 0, ha);
+        int64_t g = first;
+        for (int it = 0;; it += 2, g += 2 * stride) {
+            const bool more = g + stride < groups, more2 = g + 2 * stride < groups;
+            if (more) take(g + stride, it + 1, hb);
+            finish(g, it, ha);
+            if (!more) break;
+            if (more2) take(g + 2 * stride, it + 2, ha);
+            finish(g + stride, it + 1, hb);
+            if (!more2) break;
+        }
+    };
+    if constexpr (LAG) {
+        __shared__ XchgLagSmem lx;
+        xchg_lag_init(lx, C);
+        if (p.is_ln) lag_rows(std::true_type{}, lx);
+        else lag_rows(std::false_type{}, lx);
+        cp_async_wait<0>();
+        cluster_exit_barrier(C);
+        return;
     }
     int it = 0;
     for (int64_t group = first; group < groups; group += stride, it++) {
@@ -862,6 +981,21 @@ static cudaError_t launch_plain(const fn_fwd_params &q, int grid, int threads, s
     return run_time_tpr();
 }
 
+/* A PLAIN variant with the exchange in two halves (LAG): the exact 16-bit
+ * tiles of one row a CTA of 256 or 512 threads over a cluster (launch_rows
+ * checks), compiled for that tpr. */
+template <typename TX, int VEC, int EPT, int PLAIN, bool DEEP>
+static cudaError_t launch_lag(const fn_fwd_params &q, int grid, int threads, size_t smem, cudaStream_t stream,
+                              int *active)
+{
+    auto launch = [&](auto tpr) {
+        return launch_or_query(
+            norm_fwd_rows_in_registers<TX, VEC, EPT, PLAIN, decltype(tpr)::value, true, false, DEEP, false, true>, q,
+            grid, threads, smem, q.cluster, stream, active);
+    };
+    return q.tpr == 512 ? launch(std::integral_constant<int, 512>{}) : launch(std::integral_constant<int, 256>{});
+}
+
 /* Shared memory of the SHIFT kernels (16-bit rows, 8-element vectors):
  * FN_SHIFT_STAGES stages of x's (and the residual's) chunks, two sets of
  * output runs of y (and residual_out), then the weight (and bias) cache, at
@@ -956,6 +1090,19 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
     if (q.wcache) smem += cache_bytes;
     if constexpr (VEC > 1 && (sizeof(TX) == 2 || F32_PLAIN_OK)) {
         const int plain = fwd_is_plain(q, ones);
+        /* LAG (the exchange in two halves, see the kernel): the exact 16-bit
+         * tiles of one row a CTA of 512 threads over a cluster, alone on
+         * their SMs, where each row's wait for the cluster left the SM idle
+         * (H200, % of copy: RMSNorm bf16 262144 84.9 -> 94.1, fp16 84.8 ->
+         * 94.1, LayerNorm bf16 262144 77.5 -> 80.7; docs/perf.md step 105).
+         * Not on the 256-thread tiles, two CTAs an SM: there the other CTA
+         * hides the wait (RMSNorm bf16 131072 94.0 -> 91.3), and LayerNorm's
+         * three stages and cache leave no shared memory for the exchange's
+         * buffers (65536 91.9 -> 71.8: one CTA an SM). launch_lag compiles
+         * 256 threads too, for the lab. */
+        constexpr bool LAG_EPT = sizeof(TX) == 2 && EPT == 32;
+        const bool lag = LAG_EPT && plain && p.lag > 0 && q.cluster > 1 && threads == q.tpr &&
+                         (q.tpr == 512 || (p.lag == 2 && q.tpr == 256)) && q.cols == (int64_t)q.cluster * q.tpr * EPT;
         constexpr bool DEEP_EPT = sizeof(TX) == 2 ? EPT == 32 : EPT >= 16; /* the planner's over a cluster */
         if constexpr (DEEP_EPT) {
             const size_t deep_stages = (size_t)FN_DEEP_STAGES * (EPT / VEC) * chunks * threads * 16;
@@ -985,6 +1132,11 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
                 deep_stages <= FN_MAX_STAGE_BYTES && deep_smem <= (size_t)p.smem_max) {
                 fn_fwd_params d = q;
                 d.wcache_off = (int)deep_stages;
+                if constexpr (LAG_EPT)
+                    if (lag) {
+                        if (plain == 1) return launch_lag<TX, VEC, EPT, 1, true>(d, grid, threads, deep_smem, stream, active);
+                        return launch_lag<TX, VEC, EPT, 2, true>(d, grid, threads, deep_smem, stream, active);
+                    }
                 if (plain == 1) return launch_plain<TX, VEC, EPT, 1, true>(d, grid, threads, deep_smem, stream, active);
                 return launch_plain<TX, VEC, EPT, 2, true>(d, grid, threads, deep_smem, stream, active);
             }
@@ -1014,6 +1166,11 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
                 return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, FWD_CLUSTER_GENERAL, 0, true, false, false, true>,
                                        one_stage(cache_bytes > 0), grid, threads, one + cache_bytes, p.cluster, stream, active);
         }
+        if constexpr (LAG_EPT)
+            if (lag) {
+                if (plain == 1) return launch_lag<TX, VEC, EPT, 1, false>(q, grid, threads, smem, stream, active);
+                return launch_lag<TX, VEC, EPT, 2, false>(q, grid, threads, smem, stream, active);
+            }
         switch (plain) {
         case 1: return launch_plain<TX, VEC, EPT, 1>(q, grid, threads, smem, stream, active);
         case 2: return launch_plain<TX, VEC, EPT, 2>(q, grid, threads, smem, stream, active);
