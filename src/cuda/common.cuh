@@ -605,6 +605,29 @@ __device__ __forceinline__ void xchg_lag_wait(float (&v)[NV], XchgLagSmem &x, in
 #endif
 }
 
+/* The sum over the cluster of each CTA's v (the same value in every thread
+ * of a CTA), added in rank order from +0.0f as the exchange adds (xchg_add):
+ * the same bits. Between two cluster barriers, through the CTAs' slot (a
+ * float of shared memory that no other code uses meanwhile); every thread of
+ * every CTA calls it. The LAG forward's rare second reduction. */
+__device__ __forceinline__ float cluster_sum_in_rank_order(float v, float *slot, int cluster_size)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cluster_size > 1) {
+        cg::cluster_group cl = cg::this_cluster();
+        if (threadIdx.x == 0) *slot = v;
+        cl.sync();
+        float s = 0.0f;
+        for (int r = 0; r < cluster_size; r++) s += *cl.map_shared_rank(slot, r);
+        cl.sync(); /* every CTA has read the others' slots before any writes its own again */
+        return s;
+    }
+#else
+    (void)slot, (void)cluster_size;
+#endif
+    return v;
+}
+
 /* Count, mean and sum of squared deviations of a set of values, merged as in
  * Chan et al.'s parallel variance: LayerNorm's statistics in one read of the
  * row. The merge is exact algebra but not commutative in its rounding, so
