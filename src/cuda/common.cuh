@@ -385,6 +385,60 @@ __device__ __forceinline__ void xchg_add(float (&v)[NV], const float (*slot)[2])
     for (int i = 0; i < NV; i++) v[i] = s[i];
 }
 
+/* xchg_add with R the cluster size rounded up to 4, 8 or 16. */
+template <int NV>
+__device__ __forceinline__ void xchg_add_cluster(float (&v)[NV], const float (*slot)[2], int cluster_size)
+{
+    if (cluster_size <= 4) xchg_add<NV, 4>(v, slot);
+    else if (cluster_size <= 8) xchg_add<NV, 8>(v, slot);
+    else xchg_add<NV, 16>(v, slot);
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* The exchange's send: v is the CTA's sum in every thread; thread 0 keeps
+ * it in its own slot `mine` (of the buffer whose mbarrier is at bar) and
+ * arrives there expecting the others' bytes, threads 1..C-1 store it into
+ * CTA (rank + thread) mod C's slot, counted on that CTA's mbarrier. */
+template <int NV>
+__device__ __forceinline__ void xchg_send(const float (&v)[NV], float *mine, unsigned bar, int me, int cluster_size)
+{
+    if (threadIdx.x == 0) {
+        #pragma unroll
+        for (int i = 0; i < NV; i++) mine[i] = v[i];
+        asm volatile("{\n\t.reg .b64 st;\n\t"
+                     "mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 st, [%0], %1;\n\t}" ::"r"(bar),
+                     "r"((unsigned)((cluster_size - 1) * NV * 4))
+                     : "memory");
+    } else if (threadIdx.x < (unsigned)cluster_size) {
+        int to = me + (int)threadIdx.x;
+        if (to >= cluster_size) to -= cluster_size;
+        const unsigned slot = xchg_remote(smem_addr(mine), to), rbar = xchg_remote(bar, to);
+        #pragma unroll
+        for (int i = 0; i < NV; i++)
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(slot + 4u * i),
+                         "r"(__float_as_uint(v[i])), "r"(rbar)
+                         : "memory");
+    }
+}
+
+/* The exchange's wait for the phase of parity `parity` of the mbarrier at
+ * bar. It acquires at CTA scope: what it waits for is the others' st.async
+ * into this CTA's own shared memory, complete when the mbarrier's phase is
+ * (as a TMA load's). A cluster-scope acquire also invalidated the SM's L1
+ * (CCTL.IVALL) on every reduction: the forward's most stalled instruction
+ * (ncu, docs/perf.md step 100), for global data that no reader here takes
+ * from L1. */
+__device__ __forceinline__ void xchg_wait(unsigned bar, unsigned parity)
+{
+    asm volatile("{\n\t.reg .pred done;\n\t"
+                 "XCHG_WAIT_%=:\n\t"
+                 "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n\t"
+                 "@!done bra XCHG_WAIT_%=;\n\t}" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+#endif
+
 /* Sum NV values over the threads of one row slice (tpr threads: sub-warp
  * groups aligned to powers of two, or whole warps), then over the cluster's
  * CTAs. Every thread of the block must call it (barriers inside: the row's
@@ -427,50 +481,16 @@ __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm,
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (XCHG && cluster_size > 1) {
-        /* the exchange (see cluster_xchg_init): v is the CTA's sum in every
-         * thread; lane 0 keeps it in its own slot, lanes 1..C-1 store it
-         * into CTA (rank + lane) mod C's */
+        /* the exchange (see cluster_xchg_init) */
         const int me = (int)cg::this_cluster().block_rank();
-        float *mine = sm.x.slot[b][me];
         const unsigned bar = smem_addr(&sm.x.bar[b]);
         __syncwarp(); /* tpr == 32: this warp's reads of the last reduction precede the stores */
-        if (threadIdx.x == 0) {
-            #pragma unroll
-            for (int i = 0; i < NV; i++) mine[i] = v[i];
-            asm volatile("{\n\t.reg .b64 st;\n\t"
-                         "mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 st, [%0], %1;\n\t}" ::"r"(bar),
-                         "r"((unsigned)((cluster_size - 1) * NV * 4))
-                         : "memory");
-        } else if (threadIdx.x < cluster_size) {
-            int to = me + (int)threadIdx.x;
-            if (to >= cluster_size) to -= cluster_size;
-            const unsigned slot = xchg_remote(smem_addr(mine), to), rbar = xchg_remote(bar, to);
-            #pragma unroll
-            for (int i = 0; i < NV; i++)
-                asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
-                                 slot + 4u * i),
-                             "r"(__float_as_uint(v[i])), "r"(rbar)
-                             : "memory");
-        }
-        const unsigned parity = ((unsigned)buf >> (1 + b)) & 1u;
-        /* The wait acquires at CTA scope: what it waits for is the others'
-         * st.async into this CTA's own shared memory, complete when the
-         * mbarrier's phase is (as a TMA load's). A cluster-scope acquire
-         * also invalidated the SM's L1 (CCTL.IVALL) on every reduction: the
-         * forward's most stalled instruction (ncu, docs/perf.md step 100),
-         * for global data that no reader here takes from L1. */
-        asm volatile("{\n\t.reg .pred done;\n\t"
-                     "XCHG_WAIT_%=:\n\t"
-                     "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n\t"
-                     "@!done bra XCHG_WAIT_%=;\n\t}" ::"r"(bar),
-                     "r"(parity)
-                     : "memory");
+        xchg_send<NV>(v, sm.x.slot[b][me], bar, me, cluster_size);
+        xchg_wait(bar, ((unsigned)buf >> (1 + b)) & 1u);
         buf ^= 2 << b; /* the next phase of buffer b */
         /* every CTA adds the C sums in rank order: the same bits everywhere */
         if constexpr (XCHG_UNROLLED) {
-            if (cluster_size <= 4) xchg_add<NV, 4>(v, sm.x.slot[b]);
-            else if (cluster_size <= 8) xchg_add<NV, 8>(v, sm.x.slot[b]);
-            else xchg_add<NV, 16>(v, sm.x.slot[b]);
+            xchg_add_cluster<NV>(v, sm.x.slot[b], cluster_size);
         } else { /* a kernel that compiles the exchange but never runs it (see XCHG_UNROLLED) */
             #pragma unroll
             for (int i = 0; i < NV; i++) {
@@ -556,25 +576,7 @@ __device__ __forceinline__ void xchg_lag_post(const float (&v)[NV], XchgLagSmem 
     static_assert(NV <= 2, "the slots hold 2 values");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const int b = seq & 3, me = (int)cg::this_cluster().block_rank();
-    float *mine = x.slot[b][me];
-    const unsigned bar = smem_addr(&x.bar[b]);
-    if (threadIdx.x == 0) {
-        #pragma unroll
-        for (int i = 0; i < NV; i++) mine[i] = v[i];
-        asm volatile("{\n\t.reg .b64 st;\n\t"
-                     "mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 st, [%0], %1;\n\t}" ::"r"(bar),
-                     "r"((unsigned)((cluster_size - 1) * NV * 4))
-                     : "memory");
-    } else if ((int)threadIdx.x < cluster_size) {
-        int to = me + (int)threadIdx.x;
-        if (to >= cluster_size) to -= cluster_size;
-        const unsigned slot = xchg_remote(smem_addr(mine), to), rbar = xchg_remote(bar, to);
-        #pragma unroll
-        for (int i = 0; i < NV; i++)
-            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(slot + 4u * i),
-                         "r"(__float_as_uint(v[i])), "r"(rbar)
-                         : "memory");
-    }
+    xchg_send<NV>(v, x.slot[b][me], smem_addr(&x.bar[b]), me, cluster_size);
 #else
     (void)v, (void)x, (void)seq, (void)cluster_size;
 #endif
@@ -588,16 +590,8 @@ __device__ __forceinline__ void xchg_lag_wait(float (&v)[NV], XchgLagSmem &x, in
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const int b = seq & 3;
-    const unsigned bar = smem_addr(&x.bar[b]), parity = ((unsigned)seq >> 2) & 1u;
-    asm volatile("{\n\t.reg .pred done;\n\t"
-                 "XLAG_WAIT_%=:\n\t"
-                 "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n\t"
-                 "@!done bra XLAG_WAIT_%=;\n\t}" ::"r"(bar),
-                 "r"(parity)
-                 : "memory");
-    if (cluster_size <= 4) xchg_add<NV, 4>(v, x.slot[b]);
-    else if (cluster_size <= 8) xchg_add<NV, 8>(v, x.slot[b]);
-    else xchg_add<NV, 16>(v, x.slot[b]);
+    xchg_wait(smem_addr(&x.bar[b]), ((unsigned)seq >> 2) & 1u);
+    xchg_add_cluster<NV>(v, x.slot[b], cluster_size);
 #else
     (void)x, (void)seq, (void)cluster_size;
     #pragma unroll
