@@ -243,6 +243,14 @@ static int run_fwd(const th_case *c, fusednorm_backend be, const th_tensor *w, c
         res->y_abs = y_abs;
         res->y_rel = 2.0 * th_unit_roundoff(yp->dtype);
         y_abs = NULL;
+        if (c->residual_out_on) {
+            res->residual_out = dmalloc(R * N);
+            for (int64_t i = 0; i < R * N; i++) res->residual_out[i] = th_get(rop, i / N, i % N);
+        }
+        if (c->store_rstd) {
+            res->rstd = dmalloc(R);
+            for (int64_t i = 0; i < R; i++) res->rstd[i] = th_get(&rstd, i, 0);
+        }
     }
     free(ref_y);
     free(ref_h);
@@ -518,6 +526,8 @@ int th_run_case(const th_case *c, fusednorm_backend be, th_case_result *res)
 void th_case_result_free(th_case_result *r)
 {
     free(r->y);
+    free(r->residual_out);
+    free(r->rstd);
     free(r->y_abs);
     free(r->dx);
     free(r->dx_abs);

@@ -41,6 +41,7 @@ typedef struct th_case {
 typedef struct th_case_result {
     int64_t rows, cols;
     double *y, *y_abs, *dx, *dx_abs, *dweight, *dweight_abs;
+    double *residual_out, *rstd;  /* the forward's, where the case asks for them (else NULL) */
     double y_rel, dx_rel, dweight_rel;
     unsigned char *dweight_bits, *dbias_bits; /* raw bytes, for bitwise determinism */
     size_t dweight_bytes, dbias_bytes;

@@ -361,6 +361,87 @@ static void test_fwd_lag(void)
 #endif
 
 #if FUSEDNORM_WITH_CUDA
+/* The residual call's PLAIN tiles (PLAIN_RES, norm_fwd.cu: 16-bit x, residual,
+ * residual_out and y of one dtype over a cluster) against the general kernel
+ * (FUSEDNORM_FWD_PLAIN_RES=0) on the same inputs: y, residual_out and rstd
+ * equal element for element (the same sums in the same order), each against
+ * the fp64 reference too (th_run_case). The planner's RMSNorm tiles: 16384
+ * in 2 x 256, 40000 in 5 x 256 (idle columns), 65536 in 8 x 256, 131072 in
+ * 16 x 256 (two stages and three, FUSEDNORM_FWD_DEEP=2), 262144 in 16 x 512
+ * (the exchange in two halves, LAG, and without it); LayerNorm through the
+ * plan knob at 65536 and 262144 (rows about 100 between rows about zero: the
+ * centred squares). residual_out kept, in place (residual_out == residual,
+ * y == x), left out, and with a bias; 40 rows (262144) or 100, walking the
+ * grid. */
+static void test_fwd_plain_res(void)
+{
+    static const struct {
+        fusednorm_norm norm; int64_t cols; fusednorm_dtype dt; const char *plan, *deep, *lag;
+    } cases[] = {
+        {FUSEDNORM_RMSNORM, 16384, FUSEDNORM_BF16, NULL, "1", "1"},
+        {FUSEDNORM_RMSNORM, 40000, FUSEDNORM_F16, NULL, "1", "1"},
+        {FUSEDNORM_RMSNORM, 65536, FUSEDNORM_BF16, NULL, "1", "1"},
+        {FUSEDNORM_RMSNORM, 131072, FUSEDNORM_BF16, NULL, "1", "1"},
+        {FUSEDNORM_RMSNORM, 131072, FUSEDNORM_F16, NULL, "2", "1"},
+        {FUSEDNORM_RMSNORM, 262144, FUSEDNORM_BF16, NULL, "1", "1"},
+        {FUSEDNORM_RMSNORM, 262144, FUSEDNORM_F16, NULL, "1", "0"},
+        {FUSEDNORM_LAYERNORM, 65536, FUSEDNORM_BF16, "32,256,8", "1", "1"},
+        {FUSEDNORM_LAYERNORM, 262144, FUSEDNORM_BF16, "32,512,16", "1", "1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].plan) setenv("FUSEDNORM_PLAN_FWD", cases[i].plan, 1);
+        else unsetenv("FUSEDNORM_PLAN_FWD");
+        setenv("FUSEDNORM_FWD_DEEP", cases[i].deep, 1);
+        setenv("FUSEDNORM_FWD_LAG", cases[i].lag, 1);
+        const int ln = cases[i].norm == FUSEDNORM_LAYERNORM;
+        for (int f = 0; f < 4; f++) {
+            th_case c = th_case_default(cases[i].norm, cases[i].cols >= 262144 ? 40 : 100, cases[i].cols, cases[i].dt);
+            c.residual_on = 1;
+            c.residual_out_on = f != 2;
+            c.alias_resout_res = c.alias_y_x = f == 1;
+            c.bias_on = f == 3 || (ln && f == 0);
+            c.weight_offset = !ln && f == 0 ? 1.0f : 0.0f;
+            c.x_offset = ln ? 100.0f : 0.0f;
+            c.store_rstd = 1;
+            c.store_mean = ln;
+            c.skip_bwd = 1;
+            th_case_result r[2];
+            const uint64_t rng = th_rng_get();
+            for (int pr = 0; pr < 2; pr++) {
+                setenv("FUSEDNORM_FWD_PLAIN_RES", pr ? "1" : "0", 1);
+                th_rng_set(rng);
+                th_run_case(&c, FUSEDNORM_CUDA, &r[pr]);
+            }
+            snprintf(th_context, sizeof th_context,
+                     "residual forward, PLAIN_RES against the general kernel, %s %lld %s (deep %s, lag %s, form %d)",
+                     ln ? "ln" : "rms", (long long)cases[i].cols, cases[i].dt == FUSEDNORM_BF16 ? "bf16" : "f16",
+                     cases[i].deep, cases[i].lag, f);
+            int64_t dy = 0, dro = 0, drs = 0;
+            const int64_t n = r[0].rows * r[0].cols;
+            ASSERT_TRUE(r[0].y && r[1].y && r[0].rstd && r[1].rstd);
+            ASSERT_TRUE(!c.residual_out_on || (r[0].residual_out && r[1].residual_out));
+            if (r[0].y && r[1].y)
+                for (int64_t e = 0; e < n; e++) dy += r[0].y[e] != r[1].y[e];
+            if (r[0].residual_out && r[1].residual_out)
+                for (int64_t e = 0; e < n; e++) dro += r[0].residual_out[e] != r[1].residual_out[e];
+            if (r[0].rstd && r[1].rstd)
+                for (int64_t e = 0; e < r[0].rows; e++) drs += r[0].rstd[e] != r[1].rstd[e];
+            ASSERT_EQ_INT(dy, 0);
+            ASSERT_EQ_INT(dro, 0);
+            ASSERT_EQ_INT(drs, 0);
+            th_context[0] = '\0';
+            th_case_result_free(&r[0]);
+            th_case_result_free(&r[1]);
+        }
+    }
+    unsetenv("FUSEDNORM_PLAN_FWD");
+    unsetenv("FUSEDNORM_FWD_DEEP");
+    unsetenv("FUSEDNORM_FWD_LAG");
+    unsetenv("FUSEDNORM_FWD_PLAIN_RES");
+}
+#endif
+
+#if FUSEDNORM_WITH_CUDA
 /* LayerNorm's forward of rows in one CTA: the held kernel (rows of
  * 1024..32768, several a CTA: 8 of 32 threads at 1024, 4 of 64 at 2048, 2
  * of 128 fp32 4096; each row's barriers its own), its ODD form (1004, 4100),
@@ -928,6 +1009,7 @@ int main(void)
         {"fwd_rows_cluster", test_fwd_rows_cluster},
         {"fwd_ln_cluster", test_fwd_ln_cluster},
         {"fwd_lag", test_fwd_lag},
+        {"fwd_plain_res", test_fwd_plain_res},
         {"fwd_ln_one_cta", test_fwd_ln_one_cta},
         {"bwd_f32_wide", test_bwd_f32_wide},
         {"bwd_res_droll", test_bwd_res_droll},

@@ -209,7 +209,8 @@ static int occ_variant(int is_bwd, const void *params, const fn_plan *pl)
     }
     const fn_fwd_params *f = (const fn_fwd_params *)params;
     return (f->w != NULL) | (f->b != NULL) << 1 | (f->res_out != NULL) << 2 | (f->dt_y == f->dt_x) << 3 | exact << 4 |
-           (f->shift != 0) << 5 | f->deep << 6 | f->lag << 8;
+           (f->shift != 0) << 5 | f->deep << 6 | f->lag << 8 | f->plain_res << 10 |
+           (f->res_out != NULL && f->dt_res_out == f->dt_x) << 11;
 }
 
 static fusednorm_status max_active(int device, int is_bwd, const void *params, const fn_plan *pl, const char *fn,
@@ -481,6 +482,15 @@ static int fwd_lag(void)
     return 1;
 }
 
+/* Lab knob FUSEDNORM_FWD_PLAIN_RES=0: the forward's residual call of 16-bit
+ * rows over a cluster runs the general kernel instead of the PLAIN tiles
+ * (PLAIN_RES, norm_fwd.cu). Read on every call. Not for production. */
+static int fwd_plain_res(void)
+{
+    const char *v = getenv("FUSEDNORM_FWD_PLAIN_RES");
+    return !(v && strcmp(v, "0") == 0);
+}
+
 /* Sanitizer knob (bench/device.sh sanitize): FUSEDNORM_GRID_CAP=K keeps the
  * persistent grids to at most K CTAs (clusters), so that a small problem still
  * walks several rows per CTA and exercises the pipeline's stage reuse, the
@@ -560,6 +570,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     p.smem_max = df.smem_optin - ROWS_STATIC_SMEM_BYTES;
     p.deep = fwd_deep();
     p.lag = fwd_lag();
+    p.plain_res = fwd_plain_res();
 
     const int x_bytes = (int)fn_dtype_size(act), vec = 16 / x_bytes;
     const int vec_ok = a->cols % vec == 0 && tensor_vec_ok(&a->x) && tensor_vec_ok(&a->residual) &&

@@ -42,6 +42,10 @@ typedef struct fn_fwd_params {
     int lag;                          /* rows path: the PLAIN exact 16-bit tiles of 512 threads over a cluster
                                        * post row i + 1's sums before they wait for row i's (LAG): 1 (the
                                        * default), 0 never, 2 the 256-thread tiles too (lab knob FUSEDNORM_FWD_LAG) */
+    int plain_res;                    /* rows path: the residual call of 16-bit rows over a cluster (x, the
+                                       * residual, residual_out and y of one dtype) takes the PLAIN tiles
+                                       * (PLAIN_RES): 1 (the default), 0 the general kernel (lab knob
+                                       * FUSEDNORM_FWD_PLAIN_RES) */
 } fn_fwd_params;
 
 enum { FN_STREAM_WEIGHT_L1_KEEP = 1, FN_STREAM_WEIGHT_L1_NONE = 2 };

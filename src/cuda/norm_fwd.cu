@@ -55,6 +55,8 @@ namespace fn {
 __host__ __device__ constexpr bool fwd_lb_four(int tpr) { return tpr > 0 && tpr < 32; }
 /* The PLAIN value of the general kernel for fp32 rows over a cluster (see PLAIN in the kernel). */
 constexpr int FWD_CLUSTER_GENERAL = 3;
+/* Added to PLAIN 1 or 2: the residual call's promise (see PRES in the kernel). */
+constexpr int PLAIN_RES = 4;
 /* LayerNorm's rows over a cluster take the variance as E[h^2] - mean^2, the
  * sum and the squares met in one exchange, where mean^2 <= FN_LN_ONE_EXCHANGE
  * * var: there E[h^2] <= 5 var, so the subtraction grows the sums' rounding
@@ -90,12 +92,19 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
      * (FWD_CLUSTER_GENERAL) is the general kernel compiled for fp32 rows
      * over a cluster: every feature at run time, staged and cached as the
      * launcher sets p.pipe and p.wcache, the row sums met by the exchange. */
-    constexpr bool PROMISE = PLAIN == 1 || PLAIN == 2;
+    /* PLAIN 5 and 6 (PLAIN_RES + 1 or 2) are the same promises for the
+     * residual call (fwd_is_plain): the residual staged beside x, both of
+     * dtype TX, and residual_out (if given) of dtype TX too. */
+    constexpr int PBASE = PLAIN & 3;
+    constexpr bool PRES = (PLAIN & PLAIN_RES) != 0;
+    static_assert(!PRES || PBASE == 1 || PBASE == 2, "PLAIN_RES: with 1 or 2");
+    constexpr bool PROMISE = PBASE == 1 || PBASE == 2;
     static_assert(TPR == 0 || PROMISE, "TPR: PLAIN variants only");
     constexpr int K = EPT / VEC;
     static_assert(!PLAIN || VEC > 1, "PLAIN: staged vector rows only");
-    const bool has_res = !PROMISE && p.res != nullptr, has_res_out = !PROMISE && p.res_out != nullptr;
-    const bool has_w = PROMISE || p.w != nullptr, has_b = PLAIN == 2 || (!PROMISE && p.b != nullptr);
+    const bool has_res = PRES || (!PROMISE && p.res != nullptr),
+               has_res_out = (PRES || !PROMISE) && p.res_out != nullptr;
+    const bool has_w = PROMISE || p.w != nullptr, has_b = PBASE == 2 || (!PROMISE && p.b != nullptr);
     __shared__ RowReduceSmem sm;
     int buf = 0;
     const int tpr = TPR ? TPR : p.tpr, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
@@ -125,7 +134,10 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
     uint4 *stage = reinterpret_cast<uint4 *>(dyn_smem);
     /* x is of dtype TX: one 16-byte chunk per vector; the residual may be fp32. */
     constexpr int chx = VEC * (int)sizeof(TX) / 16;
-    const int nthr = TPR ? static_tpr_threads(TPR) : (int)blockDim.x, chr = has_res ? chunks_of<TX, VEC>(p.dt_res) : 0;
+    const int nthr = TPR ? static_tpr_threads(TPR) : (int)blockDim.x,
+              chr = PRES ? chx : has_res ? chunks_of<TX, VEC>(p.dt_res) : 0;
+    /* the residual's dtype (fixed by PRES) */
+    const int dt_res = PRES ? (int)dtype_of<TX>::value : p.dt_res;
     /* SHIFT: per stage, x's chunks (shift_stage_chunks), then the residual's;
      * after the stages two sets of output runs of y (and residual_out), used
      * by even and odd rows in turn: a row's runs are written before the
@@ -135,7 +147,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
     const int xst_chunks = SHIFT ? shift_stage_chunks(K, nthr, tpr) : 0;
     const int per_stage = SHIFT ? xst_chunks * (1 + (has_res ? 1 : 0)) : K * (chx + chr) * nthr;
     const int out_set = rpb * run * (1 + (has_res_out ? 1 : 0));
-    const int rb = has_res ? dtype_bytes(p.dt_res) : 0;
+    const int rb = PRES ? (int)sizeof(TX) : has_res ? dtype_bytes(p.dt_res) : 0;
     /* The stages' shared-memory address, converted once (cp.async takes it). */
     const unsigned stage_s = smem_addr(stage);
     const int64_t first = blockIdx.x / C, stride = gridDim.x / C;
@@ -211,17 +223,47 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
      * and spilled), unpacked again for the output. The two arrays swap roles
      * each row (the loop is unrolled by two). All CTAs of a cluster walk the
      * same rows, so they post and wait in the same sequence (one reduction a
-     * row, numbered by `it`). */
+     * row, numbered by `it`). PRES: the residual is not held in registers
+     * (x and the residual of two rows: 64, and 128 registers spilled 44
+     * bytes); row i's stays in its stage until row i + 1 is taken, which
+     * first copies it into `hold` (one row of chunks after the weight cache,
+     * each thread its own slots: no barrier), since that stage is refilled
+     * then; row i's output reads it there. */
     [[maybe_unused]] auto lag_rows = [&](auto ln_t, XchgLagSmem &lx) {
         constexpr bool LN = decltype(ln_t)::value;
         constexpr int NV = LN ? 2 : 1;
         static_assert(!LAG || (sizeof(TX) == 2 && chx == 1), "LAG: 16-bit rows, one chunk a vector");
-        /* Row group g (its stage: the itc-th taken) into hp, and its CTA sums
-         * posted as reduction itc. */
+        [[maybe_unused]] uint4 *hold = reinterpret_cast<uint4 *>(bc + (has_b ? tpr * EPT : 0)) + threadIdx.x;
+        /* the residual of the itc-th row taken, in its stage */
+        [[maybe_unused]] auto staged_res = [&](int itc) {
+            return stage + (itc % STAGES) * per_stage + K * chx * nthr + threadIdx.x;
+        };
+        /* h of vector k: x from the held row, plus the residual from res
+         * (PRES: the same FADD as the other tiles, so the same bits). */
+        auto held_h = [&](const uint4 (&hp)[K], const uint4 *res, int k, float (&h)[VEC]) {
+            unpack_raw<TX, VEC>(hp[k], h);
+            if constexpr (PRES) {
+                float r[VEC];
+                unpack_raw<TX, VEC>(res[k * nthr], r);
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) h[j] += r[j];
+            }
+        };
+        /* Row group g (its stage: the itc-th taken) into hp, its CTA sums
+         * posted as reduction itc; PRES writes residual_out here, before
+         * the wait for the row before, and first keeps the residual of the
+         * row taken before (whose stage the issue refills) in hold. */
         auto take = [&](int64_t g, int itc, uint4 (&hp)[K]) {
+            if constexpr (PRES)
+                if (itc > 0) {
+                    const uint4 *prev = staged_res(itc - 1);
+                    #pragma unroll
+                    for (int k = 0; k < K; k++) hold[k * nthr] = prev[k * nthr];
+                }
             issue(g + (STAGES - 1) * stride, (itc + STAGES - 1) % STAGES);
             cp_async_wait<STAGES - 1>();
-            const bool ok = g * rpb + sub < p.rows;
+            const int64_t row = g * rpb + sub;
+            const bool ok = row < p.rows;
             const uint4 *sx = stage + (itc % STAGES) * per_stage + threadIdx.x;
             float s[NV];
             #pragma unroll
@@ -230,7 +272,12 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
             for (int k = 0; k < K; k++) {
                 hp[k] = ok ? sx[k * nthr] : make_uint4(0, 0, 0, 0);
                 float h[VEC];
-                unpack_raw<TX, VEC>(hp[k], h);
+                held_h(hp, staged_res(itc), k, h);
+                if (PRES && ok && has_res_out)
+                    store_vec<TX, VEC>((TX *)p.res_out, row * p.sres_out + slice + ((int64_t)k * tpr + lane) * VEC, h);
+                if (PRES && !ok) /* x is zeros, the residual's stage not */
+                    #pragma unroll
+                    for (int j = 0; j < VEC; j++) h[j] = 0.0f;
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) {
                     if constexpr (LN) s[0] += h[j];
@@ -241,8 +288,10 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
             xchg_lag_post<NV>(s, lx, itc, C);
         };
         /* Row group g's statistics (reduction it) and output, from hp. */
-        auto finish = [&](int64_t g, int it, const uint4 (&hp)[K]) {
+        /* kept: a row was taken since (PRES: the residual is in hold) */
+        auto finish = [&](int64_t g, int it, const uint4 (&hp)[K], bool kept) {
             const int64_t row = g * rpb + sub;
+            [[maybe_unused]] const uint4 *res = kept ? hold : staged_res(it);
             float t[NV];
             xchg_lag_wait<NV>(t, lx, it, C);
             float mean = 0.0f, rstd, shift = 0.0f;
@@ -259,7 +308,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                     #pragma unroll
                     for (int k = 0; k < K; k++) {
                         float h[VEC];
-                        unpack_raw<TX, VEC>(hp[k], h);
+                        held_h(hp, res, k, h);
                         #pragma unroll
                         for (int j = 0; j < VEC; j++) q[0] = fmaf(h[j] - mean, h[j] - mean, q[0]);
                     }
@@ -281,7 +330,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
             for (int k = 0; k < K; k++) {
                 const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
                 float h[VEC], w[VEC], b[VEC], y[VEC];
-                unpack_raw<TX, VEC>(hp[k], h);
+                held_h(hp, res, k, h);
                 read_cache<VEC>(wc, k, lane, tpr, w);
                 if (has_b) read_cache<VEC>(bc, k, lane, tpr, b);
                 #pragma unroll
@@ -302,10 +351,10 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
         for (int it = 0;; it += 2, g += 2 * stride) {
             const bool more = g + stride < groups, more2 = g + 2 * stride < groups;
             if (more) take(g + stride, it + 1, hb);
-            finish(g, it, ha);
+            finish(g, it, ha, more);
             if (!more) break;
             if (more2) take(g + 2 * stride, it + 2, ha);
-            finish(g + stride, it + 1, hb);
+            finish(g + stride, it + 1, hb, more2);
             if (!more2) break;
         }
     };
@@ -368,7 +417,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                 if constexpr (SHIFT) unstage_shifted<TX, VEC, K>(rst, k, nthr, tpr, rs.s, r); /* every lane */
                 if (!ok[k]) continue;
                 const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
-                if (!SHIFT && pipe) unstage_vector<TX, VEC>(sr + k * chr * nthr, nthr, p.dt_res, r);
+                if (!SHIFT && pipe) unstage_vector<TX, VEC>(sr + k * chr * nthr, nthr, dt_res, r);
                 else if (!SHIFT) load_dyn<TX, VEC>(p.res, p.dt_res, row * p.sres + col, r);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) h[k][j] += r[j];
@@ -384,10 +433,12 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
             }
         } else if (has_res_out) {
             #pragma unroll
-            for (int k = 0; k < K; k++)
-                if (ok[k])
-                    store_dyn<TX, VEC>(p.res_out, p.dt_res_out, row * p.sres_out + slice + ((int64_t)k * tpr + lane) * VEC,
-                                       h[k]);
+            for (int k = 0; k < K; k++) {
+                if (!ok[k]) continue;
+                const int64_t i = row * p.sres_out + slice + ((int64_t)k * tpr + lane) * VEC;
+                if constexpr (PRES) store_vec<TX, VEC>((TX *)p.res_out, i, h[k]);
+                else store_dyn<TX, VEC>(p.res_out, p.dt_res_out, i, h[k]);
+            }
         }
 
         float mean = 0.0f, rstd = 0.0f;
@@ -953,6 +1004,30 @@ static int fwd_is_plain(const fn_fwd_params &q, bool ones = false)
     return q.b ? 2 : 1;
 }
 
+/* The residual call's promise (PLAIN_RES + 1 or 2, see PRES in the kernel):
+ * staged x and residual of one dtype, residual_out (if given) and y of that
+ * dtype too, the weight (and bias) cached; 0: not such a call. */
+static int fwd_is_plain_res(const fn_fwd_params &q)
+{
+    if (!(q.plain_res && q.pipe && q.wcache && q.w && q.res && q.dt_res == q.dt_x &&
+          (!q.res_out || q.dt_res_out == q.dt_x) && q.dt_y == q.dt_x))
+        return 0;
+    return PLAIN_RES + (q.b ? 2 : 1);
+}
+
+/* f(std::integral_constant<int, PLAIN>) for plain = 1, 2 and, where RES,
+ * PLAIN_RES + 1 or 2 (the instances the kernel has). */
+template <bool RES, typename F>
+static cudaError_t with_plain(int plain, F &&f)
+{
+    if constexpr (RES) {
+        if (plain == PLAIN_RES + 1) return f(std::integral_constant<int, PLAIN_RES + 1>{});
+        if (plain == PLAIN_RES + 2) return f(std::integral_constant<int, PLAIN_RES + 2>{});
+    }
+    if (plain == 1) return f(std::integral_constant<int, 1>{});
+    return f(std::integral_constant<int, 2>{});
+}
+
 /* A PLAIN variant: with column checks (EXACT = false) where the row does not
  * fill the tile; else with EPT 32 (the planner's choice for 16-bit rows from
  * N = 1024 up) and a power-of-two tpr in a CTA of max(tpr, 256) threads, the
@@ -971,7 +1046,8 @@ static cudaError_t launch_plain(const fn_fwd_params &q, int grid, int threads, s
     auto run_time_tpr = [&] { return launch(std::integral_constant<int, 0>{}); };
     if constexpr (EPT == 32 && sizeof(TX) == 2) { /* fp32 (over a cluster): the run-time tpr */
         if (threads == static_tpr_threads(q.tpr)) {
-            if constexpr (DEEP) /* over a cluster: the planner's CTAs of 256 and 512 threads */
+            /* over a cluster: the planner's CTAs of 256 and 512 threads */
+            if constexpr (DEEP || (PLAIN & PLAIN_RES))
                 return with_static_tpr<256, 512>(q.tpr, launch, run_time_tpr);
             else
                 return with_static_tpr<8, 32, 64, 128, 256, 512>(q.tpr, launch, run_time_tpr);
@@ -1088,7 +1164,10 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
     q.wcache_off = (int)smem;
     if (q.wcache) smem += cache_bytes;
     if constexpr (VEC > 1 && (sizeof(TX) == 2 || F32_PLAIN_OK)) {
-        const int plain = fwd_is_plain(q, ones);
+        /* The residual call (PLAIN_RES): the 16-bit tiles over a cluster,
+         * where the planner gives that call this kernel (plan.h). */
+        constexpr bool RES_EPT = sizeof(TX) == 2 && EPT == 32;
+        const int plain = RES_EPT && q.cluster > 1 && q.res ? fwd_is_plain_res(q) : fwd_is_plain(q, ones);
         /* LAG (the exchange in two halves, see the kernel): the exact 16-bit
          * tiles of one row a CTA of 512 threads over a cluster, alone on
          * their SMs, where each row's wait for the cluster left the SM idle
@@ -1100,6 +1179,10 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
          * buffers (65536 91.9 -> 71.8: one CTA an SM). launch_lag compiles
          * 256 threads too, for the lab. */
         constexpr bool LAG_EPT = sizeof(TX) == 2 && EPT == 32;
+        /* PRES under LAG: one row of the residual's chunks after the cache
+         * (hold, see the kernel); 262144 in 16 x 512: 128 KiB of stages, 64
+         * of weights and 32 held, within sm_90's 227 KiB */
+        const size_t hold = (plain & PLAIN_RES) ? (size_t)(EPT / VEC) * threads * 16 : 0;
         const bool lag = LAG_EPT && plain && p.lag > 0 && q.cluster > 1 && threads == q.tpr &&
                          (q.tpr == 512 || (p.lag == 2 && q.tpr == 256)) && q.cols == (int64_t)q.cluster * q.tpr * EPT;
         constexpr bool DEEP_EPT = sizeof(TX) == 2 ? EPT == 32 : EPT >= 16; /* the planner's over a cluster */
@@ -1131,16 +1214,15 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
                                                             (q.cluster == 8 && (sizeof(TX) == 2 ? plain == 1 : EPT == 32)))) ||
                                         (sizeof(TX) == 2 && plain == 1 && q.cluster == 16 && q.tpr == 256) || ln_rule);
             if (plain && q.wcache && q.cluster > 1 && (p.deep == 2 || (p.deep == 1 && rule)) &&
-                deep_stages <= FN_MAX_STAGE_BYTES && deep_smem <= (size_t)p.smem_max) {
+                deep_stages <= FN_MAX_STAGE_BYTES && deep_smem + (lag ? hold : 0) <= (size_t)p.smem_max) {
                 fn_fwd_params d = q;
                 d.wcache_off = (int)deep_stages;
-                if constexpr (LAG_EPT)
-                    if (lag) {
-                        if (plain == 1) return launch_lag<TX, VEC, EPT, 1, true>(d, grid, threads, deep_smem, stream, active);
-                        return launch_lag<TX, VEC, EPT, 2, true>(d, grid, threads, deep_smem, stream, active);
-                    }
-                if (plain == 1) return launch_plain<TX, VEC, EPT, 1, true>(d, grid, threads, deep_smem, stream, active);
-                return launch_plain<TX, VEC, EPT, 2, true>(d, grid, threads, deep_smem, stream, active);
+                return with_plain<RES_EPT>(plain, [&](auto pl) {
+                    constexpr int PL = decltype(pl)::value;
+                    if constexpr (LAG_EPT)
+                        if (lag) return launch_lag<TX, VEC, EPT, PL, true>(d, grid, threads, deep_smem + hold, stream, active);
+                    return launch_plain<TX, VEC, EPT, PL, true>(d, grid, threads, deep_smem, stream, active);
+                });
             }
         }
         if constexpr (sizeof(TX) == 4 && EPT == 32) {
@@ -1168,15 +1250,14 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
                 return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, FWD_CLUSTER_GENERAL, 0, true, false, false, true>,
                                        one_stage(cache_bytes > 0), grid, threads, one + cache_bytes, p.cluster, stream, active);
         }
-        if constexpr (LAG_EPT)
-            if (lag) {
-                if (plain == 1) return launch_lag<TX, VEC, EPT, 1, false>(q, grid, threads, smem, stream, active);
-                return launch_lag<TX, VEC, EPT, 2, false>(q, grid, threads, smem, stream, active);
-            }
-        switch (plain) {
-        case 1: return launch_plain<TX, VEC, EPT, 1>(q, grid, threads, smem, stream, active);
-        case 2: return launch_plain<TX, VEC, EPT, 2>(q, grid, threads, smem, stream, active);
-        }
+        if (plain)
+            return with_plain<RES_EPT>(plain, [&](auto pl) {
+                constexpr int PL = decltype(pl)::value;
+                if constexpr (LAG_EPT)
+                    if (lag && smem + hold <= (size_t)p.smem_max)
+                        return launch_lag<TX, VEC, EPT, PL, false>(q, grid, threads, smem + hold, stream, active);
+                return launch_plain<TX, VEC, EPT, PL>(q, grid, threads, smem, stream, active);
+            });
     }
     if constexpr (F32_PLAIN_OK) /* fp32's other calls over a cluster: staged, the exchange */
         if (p.cluster > 1)
