@@ -41,3 +41,10 @@ if [ "$bytes" -gt "$limit" ]; then
   echo "devbin: over the carry limit; drop a test binary, or LINEINFO=0" >&2
   exit 1
 fi
+# ptxas 13.0's LDGSTS [R + UR + imm] miscompile (bench/sass_check.sh), where
+# cuobjdump and nvdisasm are on PATH: before any device time is spent on it.
+if command -v cuobjdump >/dev/null && command -v nvdisasm >/dev/null; then
+  bash bench/sass_check.sh .devbin/libfusednorm.so
+else
+  echo "devbin: no cuobjdump/nvdisasm here: bench/sass_check.sh not run (see its header)"
+fi

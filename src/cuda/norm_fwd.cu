@@ -150,6 +150,17 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
     const int rb = PRES ? (int)sizeof(TX) : has_res ? dtype_bytes(p.dt_res) : 0;
     /* The stages' shared-memory address, converted once (cp.async takes it). */
     const unsigned stage_s = smem_addr(stage);
+    /* This thread's chunk of stage 0 as a plain register, which ptxas cannot
+     * split into a uniform base and a per-thread offset (the shuffle from
+     * its own lane returns it as it was). ptxas 13.0 encoded cp.async's with
+     * the split address (LDGSTS [R + UR + imm]) with registers it never
+     * wrote, an illegal instruction on the device (docs/perf.md, session 33:
+     * the LAG tiles, 16-bit RMSNorm + residual and three stages). Not the
+     * 64-register tiles of 8 and 16 threads a row (fwd_lb_four), where the
+     * shuffle's register doubled a spill (8 -> 16 bytes). bench/sass_check.sh
+     * looks for that form in a build. */
+    const unsigned my_stage = fwd_lb_four(TPR) ? stage_s + threadIdx.x * 16u
+                                               : __shfl_sync(0xffffffffu, stage_s + threadIdx.x * 16u, (int)(threadIdx.x & 31u));
     const int64_t first = blockIdx.x / C, stride = gridDim.x / C;
     /* (w + w_off) and b of this CTA's columns as fp32 in shared memory (see
      * fill_column_cache): the forward is bound by instruction issue as much as
@@ -172,7 +183,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                 issue_shifted<K>(sx + (unsigned)xst_chunks * 16u, nthr,
                                  shifted_row(p.res, row, p.sres, slice, N - slice, 2), lane, tpr, row == p.rows - 1);
         } else if (g < groups && row < p.rows) {
-            const unsigned sx = stage_s + (unsigned)(st * per_stage + (int)threadIdx.x) * 16u,
+            const unsigned sx = my_stage + (unsigned)(st * per_stage) * 16u,
                            sr = sx + (unsigned)(K * chx * nthr) * 16u;
             const TX *xrow = (const TX *)p.x + row * p.sx + slice + lane * VEC;
             const char *rrow = has_res ? (const char *)p.res + (row * p.sres + slice + lane * VEC) * rb : nullptr;
@@ -337,9 +348,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                 for (int j = 0; j < VEC; j++) {
                     /* LayerNorm's centred rows: (h - mean) * rstd, shift 0 */
                     float v = LN && centre ? (h[j] - mean) * rstd : fmaf(h[j], rstd, shift);
-                    v *= w[j];
-                    if (has_b) v += b[j];
-                    y[j] = v;
+                    y[j] = has_b ? fmaf(v, w[j], b[j]) : v * w[j]; /* as the other tiles (below) */
                 }
                 store_vec<TX, VEC>((TX *)p.y, row * p.sy + col, y);
             }
@@ -528,8 +537,12 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
                 float v = fmaf(h[k][j], rstd, shift);
-                if (has_w) v *= w[j];
-                if (has_b) v += b[j];
+                /* x_hat * w + b in one FMA, as the PLAIN tiles contract it
+                 * (at compile time), so that a call gets the same bits from
+                 * the general kernel and from a PLAIN one */
+                if (has_w && has_b) v = fmaf(v, w[j], b[j]);
+                else if (has_w) v *= w[j];
+                else if (has_b) v += b[j];
                 y[j] = v;
             }
             if constexpr (SHIFT) put_shifted<TX, VEC>(yrun, k * tpr + lane, y);
