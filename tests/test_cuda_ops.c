@@ -306,6 +306,31 @@ static void test_fwd_ln_cluster(void)
 #endif
 
 #if FUSEDNORM_WITH_CUDA
+/* Case c on the CUDA backend twice on the same inputs: the lab knob `knob`
+ * at "0" for r[0], at "1" for r[1] (each run checked against the reference
+ * in th_run_case). */
+static void run_knob_off_on(const th_case *c, const char *knob, th_case_result r[2])
+{
+    const uint64_t rng = th_rng_get();
+    for (int on = 0; on < 2; on++) {
+        setenv(knob, on ? "1" : "0", 1);
+        th_rng_set(rng);
+        th_run_case(c, FUSEDNORM_CUDA, &r[on]);
+    }
+}
+
+/* How many of the n elements of a and b differ (0 where either is missing:
+ * the callers assert their presence apart). */
+static int64_t count_differing(const double *a, const double *b, int64_t n)
+{
+    int64_t d = 0;
+    if (a && b)
+        for (int64_t e = 0; e < n; e++) d += a[e] != b[e];
+    return d;
+}
+#endif
+
+#if FUSEDNORM_WITH_CUDA
 /* The forward's exchange in two halves (LAG, norm_fwd.cu: the exact 16-bit
  * tiles of 512 threads over a cluster) against the one-call exchange
  * (FUSEDNORM_FWD_LAG=0) on the same inputs: y equal element for element (the
@@ -336,20 +361,12 @@ static void test_fwd_lag(void)
         c.store_mean = cases[i].norm == FUSEDNORM_LAYERNORM;
         c.skip_bwd = 1;
         th_case_result r[2];
-        const uint64_t rng = th_rng_get();
-        for (int lag = 0; lag < 2; lag++) {
-            setenv("FUSEDNORM_FWD_LAG", lag ? "1" : "0", 1);
-            th_rng_set(rng);
-            th_run_case(&c, FUSEDNORM_CUDA, &r[lag]);
-        }
+        run_knob_off_on(&c, "FUSEDNORM_FWD_LAG", r);
         snprintf(th_context, sizeof th_context, "forward LAG against the one-call exchange, %s %lld %s (deep %s)",
                  cases[i].norm == FUSEDNORM_RMSNORM ? "rms" : "ln", (long long)cases[i].cols,
                  cases[i].dt == FUSEDNORM_BF16 ? "bf16" : "f16", cases[i].deep);
-        int64_t diff = 0;
         ASSERT_TRUE(r[0].y && r[1].y);
-        if (r[0].y && r[1].y)
-            for (int64_t e = 0; e < r[0].rows * r[0].cols; e++) diff += r[0].y[e] != r[1].y[e];
-        ASSERT_EQ_INT(diff, 0);
+        ASSERT_EQ_INT(count_differing(r[0].y, r[1].y, r[0].rows * r[0].cols), 0);
         th_context[0] = '\0';
         th_case_result_free(&r[0]);
         th_case_result_free(&r[1]);
@@ -406,29 +423,17 @@ static void test_fwd_plain_res(void)
             c.store_mean = ln;
             c.skip_bwd = 1;
             th_case_result r[2];
-            const uint64_t rng = th_rng_get();
-            for (int pr = 0; pr < 2; pr++) {
-                setenv("FUSEDNORM_FWD_PLAIN_RES", pr ? "1" : "0", 1);
-                th_rng_set(rng);
-                th_run_case(&c, FUSEDNORM_CUDA, &r[pr]);
-            }
+            run_knob_off_on(&c, "FUSEDNORM_FWD_PLAIN_RES", r);
             snprintf(th_context, sizeof th_context,
                      "residual forward, PLAIN_RES against the general kernel, %s %lld %s (deep %s, lag %s, form %d)",
                      ln ? "ln" : "rms", (long long)cases[i].cols, cases[i].dt == FUSEDNORM_BF16 ? "bf16" : "f16",
                      cases[i].deep, cases[i].lag, f);
-            int64_t dy = 0, dro = 0, drs = 0;
             const int64_t n = r[0].rows * r[0].cols;
             ASSERT_TRUE(r[0].y && r[1].y && r[0].rstd && r[1].rstd);
             ASSERT_TRUE(!c.residual_out_on || (r[0].residual_out && r[1].residual_out));
-            if (r[0].y && r[1].y)
-                for (int64_t e = 0; e < n; e++) dy += r[0].y[e] != r[1].y[e];
-            if (r[0].residual_out && r[1].residual_out)
-                for (int64_t e = 0; e < n; e++) dro += r[0].residual_out[e] != r[1].residual_out[e];
-            if (r[0].rstd && r[1].rstd)
-                for (int64_t e = 0; e < r[0].rows; e++) drs += r[0].rstd[e] != r[1].rstd[e];
-            ASSERT_EQ_INT(dy, 0);
-            ASSERT_EQ_INT(dro, 0);
-            ASSERT_EQ_INT(drs, 0);
+            ASSERT_EQ_INT(count_differing(r[0].y, r[1].y, n), 0);
+            ASSERT_EQ_INT(count_differing(r[0].residual_out, r[1].residual_out, n), 0);
+            ASSERT_EQ_INT(count_differing(r[0].rstd, r[1].rstd, r[0].rows), 0);
             th_context[0] = '\0';
             th_case_result_free(&r[0]);
             th_case_result_free(&r[1]);

@@ -1010,22 +1010,20 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
  * tile exactly). 0: not such
  * a call; 1: without bias; 2: with a bias (LayerNorm's usual case: a variant
  * of its own, since a run-time bias test kept the general kernel's registers).
- * The backend's occupancy cache keys on the same features (occ_variant). */
-static int fwd_is_plain(const fn_fwd_params &q, bool ones = false)
+ * With res_ok (the 16-bit tiles over a cluster), the residual call too:
+ * PLAIN_RES + 1 or 2. The backend's occupancy cache keys on the same
+ * features (occ_variant). */
+static int fwd_is_plain(const fn_fwd_params &q, bool ones = false, bool res_ok = false)
 {
-    if (!(q.pipe && q.wcache && (q.w || ones) && !q.res && !q.res_out && q.dt_y == q.dt_x)) return 0;
-    return q.b ? 2 : 1;
-}
-
-/* The residual call's promise (PLAIN_RES + 1 or 2, see PRES in the kernel):
- * staged x and residual of one dtype, residual_out (if given) and y of that
- * dtype too, the weight (and bias) cached; 0: not such a call. */
-static int fwd_is_plain_res(const fn_fwd_params &q)
-{
-    if (!(q.plain_res && q.pipe && q.wcache && q.w && q.res && q.dt_res == q.dt_x &&
-          (!q.res_out || q.dt_res_out == q.dt_x) && q.dt_y == q.dt_x))
-        return 0;
-    return PLAIN_RES + (q.b ? 2 : 1);
+    if (!(q.pipe && q.wcache && (q.w || ones) && q.dt_y == q.dt_x)) return 0;
+    const int base = q.b ? 2 : 1;
+    if (!q.res && !q.res_out) return base;
+    /* res_ok: the residual call's promise (PLAIN_RES + 1 or 2, see PRES in
+     * the kernel): x and the residual of one dtype, residual_out (if given)
+     * of that dtype too, a weight */
+    if (res_ok && q.plain_res && q.w && q.res && q.dt_res == q.dt_x && (!q.res_out || q.dt_res_out == q.dt_x))
+        return PLAIN_RES + base;
+    return 0;
 }
 
 /* f(std::integral_constant<int, PLAIN>) for plain = 1, 2 and, where RES,
@@ -1183,7 +1181,7 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
          * 94.9 -> 97.1, 65536 93.4 -> 95.8, 131072 95.5 -> 98.5, 262144 97.3
          * -> 98.6 (docs/perf.md step 106). */
         constexpr bool RES_EPT = sizeof(TX) == 2 && EPT == 32;
-        const int plain = RES_EPT && q.cluster > 1 && q.res ? fwd_is_plain_res(q) : fwd_is_plain(q, ones);
+        const int plain = fwd_is_plain(q, ones, RES_EPT && q.cluster > 1);
         /* LAG (the exchange in two halves, see the kernel): the exact 16-bit
          * tiles of one row a CTA of 512 threads over a cluster, alone on
          * their SMs, where each row's wait for the cluster left the SM idle
