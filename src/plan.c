@@ -214,8 +214,10 @@ fn_plan fn_plan_make(const fn_plan_problem *pb)
                 if (wide) cost += 0.10;
                 if (wide && cluster == 1 && wide_one_cta) cost -= 0.25;
                 /* The residual call's third staged input (dresidual_out) does
-                 * not fit beside the 32-element tile's stages: there it runs
-                 * the general kernel, dresidual_out read unstaged. Its 16-bit
+                 * not fit beside the 32-element tile's two stages: there it runs
+                 * the general kernel, dresidual_out read unstaged, but for exact
+                 * tiles of 512 threads over a cluster (262144 in 16 x 512), which
+                 * take one stage (DROLL, norm_bwd.cu, step 107). Its 16-bit
                  * RMSNorm rows of 16384..65536 take the 16-element tile over
                  * clusters instead (H200, bf16 RMSNorm + residual, GB/s, wide
                  * -> 16 x 512 x C: 16384 3349 -> 3641, 32768 3124 -> 3401,

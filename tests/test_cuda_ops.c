@@ -557,6 +557,51 @@ static void test_bwd_res_droll(void)
     gpu_repeatable(&c, "fp32 residual 131072 backward determinism");
 }
 
+#if FUSEDNORM_WITH_CUDA
+/* The 16-bit residual backward's one-stage 32-element tile (DROLL at EPT 32,
+ * norm_bwd.cu: 262144 in 16 x 512 x 32, x and dy held packed) against the
+ * general kernel (FUSEDNORM_BWD_DROLL=0, dresidual_out read unstaged) on the
+ * same inputs: dx and dweight equal element for element (the same sums in
+ * the same order), each against the fp64 reference too (th_run_case). 40
+ * rows: five turns of the 8 resident clusters, so the stage is refilled
+ * across rows. dresidual asked for and not, weight_offset, statistics
+ * recomputed, in place (dx == dy, dresidual == dresidual_out), atomic
+ * dweight, LayerNorm (no bias), fp16. */
+static void test_bwd_res_droll_wide(void)
+{
+    for (int f = 0; f < 7; f++) {
+        th_case c = th_case_default(f == 5 ? FUSEDNORM_LAYERNORM : FUSEDNORM_RMSNORM, 40, 262144,
+                                    f == 6 ? FUSEDNORM_F16 : FUSEDNORM_BF16);
+        c.residual_on = c.residual_out_on = 1;
+        c.dresidual_out_on = 1;
+        c.dresidual_on = f != 1;
+        c.dweight_on = 1;
+        c.store_rstd = c.bwd_stats_given = f != 2;
+        c.store_mean = f == 5;
+        if (f == 1) c.weight_offset = 1.0f;
+        if (f == 3) c.alias_dx_dy = c.alias_dres_dresout = 1;
+        if (f == 4) c.flags = FUSEDNORM_ATOMIC_DWEIGHT;
+        if (f == 5) c.x_offset = 3.0f;
+        th_case_result r[2];
+        run_knob_off_on(&c, "FUSEDNORM_BWD_DROLL", r);
+        snprintf(th_context, sizeof th_context, "residual backward 262144, DROLL wide tile against the general kernel (form %d)",
+                 f);
+        ASSERT_TRUE(r[0].dx && r[1].dx && r[0].dweight && r[1].dweight);
+        ASSERT_EQ_INT(count_differing(r[0].dx, r[1].dx, r[0].rows * r[0].cols), 0);
+        /* atomic dweight: the order of the adds is the hardware's */
+        if (f != 4) ASSERT_EQ_INT(count_differing(r[0].dweight, r[1].dweight, r[0].cols), 0);
+        th_context[0] = '\0';
+        th_case_result_free(&r[0]);
+        th_case_result_free(&r[1]);
+    }
+    unsetenv("FUSEDNORM_BWD_DROLL");
+    th_case c = th_case_default(FUSEDNORM_RMSNORM, 40, 262144, FUSEDNORM_BF16);
+    c.residual_on = c.residual_out_on = c.dresidual_out_on = c.dresidual_on = 1;
+    c.dweight_on = 1;
+    gpu_repeatable(&c, "bf16 residual 262144 backward determinism (DROLL wide)");
+}
+#endif
+
 /* dweight/dbias bitwise equal across runs without ATOMIC_DWEIGHT. */
 static void test_determinism(void)
 {
@@ -1018,6 +1063,7 @@ int main(void)
         {"fwd_ln_one_cta", test_fwd_ln_one_cta},
         {"bwd_f32_wide", test_bwd_f32_wide},
         {"bwd_res_droll", test_bwd_res_droll},
+        {"bwd_res_droll_wide", test_bwd_res_droll_wide},
         {"determinism", test_determinism},
         {"unsupported_mix", test_unsupported_mix},
         {"graph_capture", test_graph_capture},

@@ -205,7 +205,7 @@ static int occ_variant(int is_bwd, const void *params, const fn_plan *pl)
          * variant that stages dresidual_out (bwd_is_plain_residual) */
         const int res_same = b->dt_dres_out == b->dt_dx && (!b->dres || b->dt_dres == b->dt_dx);
         return (b->w != NULL) | (b->db != NULL) << 1 | (b->dres_out != NULL) << 2 | (b->dres != NULL) << 3 | exact << 4 |
-               res_same << 5 | (b->shift != 0) << 6 | (b->odd != 0) << 7;
+               res_same << 5 | (b->shift != 0) << 6 | (b->odd != 0) << 7 | (b->droll != 0) << 8;
     }
     const fn_fwd_params *f = (const fn_fwd_params *)params;
     return (f->w != NULL) | (f->b != NULL) << 1 | (f->res_out != NULL) << 2 | (f->dt_y == f->dt_x) << 3 | exact << 4 |
@@ -491,6 +491,15 @@ static int fwd_plain_res(void)
     return !(v && strcmp(v, "0") == 0);
 }
 
+/* Lab knob FUSEDNORM_BWD_DROLL=0: the backward's residual call runs the
+ * general kernel (dresidual_out read unstaged) where it would take the
+ * one-stage tile (DROLL, norm_bwd.cu). Read on every call. Not for production. */
+static int bwd_droll(void)
+{
+    const char *v = getenv("FUSEDNORM_BWD_DROLL");
+    return !(v && strcmp(v, "0") == 0);
+}
+
 /* Sanitizer knob (bench/device.sh sanitize): FUSEDNORM_GRID_CAP=K keeps the
  * persistent grids to at most K CTAs (clusters), so that a small problem still
  * walks several rows per CTA and exercises the pipeline's stage reuse, the
@@ -711,6 +720,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
     p->x = a->x.data;
     p->w = a->weight.data;
     p->dres_out = a->dresidual_out.data;
+    p->droll = bwd_droll();
     if (a->norm == FUSEDNORM_RMSNORM) {
         p->rstd = a->rstd;
     } else if (a->rstd && a->mean) { /* LayerNorm recomputes both when either is missing */

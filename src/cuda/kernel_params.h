@@ -69,6 +69,9 @@ typedef struct fn_bwd_params {
     float *row_stats;                 /* column split: [rows][4] = rstd, mean, c1, c2 (two-pass writes them, no dx) */
     int64_t rows_per_group;           /* column split: rows summed into one partial row */
     int shift;                        /* as in fn_fwd_params (fn_bwd_shift_fits) */
+    int droll;                        /* 1: the residual call's one-stage tile where two stages do not fit
+                                       * (DROLL, norm_bwd.cu); 0: the general kernel (lab knob
+                                       * FUSEDNORM_BWD_DROLL=0) */
     int odd;                          /* rows path: rows off a 16-byte boundary, every activation at x's
                                        * offset within 16 bytes in each row and each CTA's rows at one
                                        * offset (the backend checked fn_bwd_odd_fits and sized the grid) */

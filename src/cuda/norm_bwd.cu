@@ -176,7 +176,10 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
     /* In three CTAs per SM (80 registers) LayerNorm's tile holds x and dy as
      * the staged 16-bit vectors and unpacks them on each pass (unpacked, it
      * spilled 84-108 bytes). */
-    constexpr bool PACK = HOLD && sizeof(TX) == 2 && PLAIN == 2 && bwd_lb_three256(TPR, SHIFT, EXACT, PLAIN);
+    /* DROLL's 16-bit 32-element tile (below) holds them packed too: 32
+     * registers for a row of x and dy, where unpacked they would take 128. */
+    constexpr bool PACK = (HOLD && sizeof(TX) == 2 && PLAIN == 2 && bwd_lb_three256(TPR, SHIFT, EXACT, PLAIN)) ||
+                          (DROLL && EPT == 32);
     __shared__ RowReduceSmem sm;
     /* Dynamic shared memory: the pipeline stages during the row loop, then
      * [rows_per_block][tpr*EPT] fp32 partials when rows_per_block > 1; the
@@ -221,8 +224,12 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
      * statistics) are unstaged into registers at the row's start, and the
      * next row's go into the stage right then; dresidual_out, read only in
      * the dx pass, is refilled there vector by vector, as ROLL does. Two
-     * commit groups a row: x and dy at its start, dresidual_out at its end. */
-    static_assert(!DROLL || (PLAIN == 3 && EPT <= 16 && !SHIFT && !ODD), "DROLL: the residual call's held tile");
+     * commit groups a row: x and dy at its start, dresidual_out at its end.
+     * The 16-bit 32-element tile too (262144 in 16 x 512 x 32: two stages of
+     * the three inputs, 192 KiB, and the 64 KiB weight cache do not fit),
+     * its x and dy held packed (PACK). */
+    static_assert(!DROLL || (PLAIN == 3 && (EPT <= 16 || (EPT == 32 && sizeof(TX) == 2)) && !SHIFT && !ODD),
+                  "DROLL: the residual call's held tile");
     constexpr int STAGES = SHIFT ? FN_SHIFT_STAGES : DROLL ? 1 : bwd_stages<TX, EPT>();
     /* ROLL: one stage, refilled vector by vector in the dx pass (bwd_stages) */
     constexpr bool ROLL = PIPE && STAGES == 1 && !DROLL;
@@ -273,8 +280,18 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
     [[maybe_unused]] auto edge_staged = [&](int64_t row) { return lane < hd || row != p.rows - 1; };
     /* dresidual_out's vector k of row into stage st's slot (no commit): the
      * residual tiles' issue below, and DROLL's refill in the dx pass. */
+    /* This thread's first stage slot. DROLL's 32-element tile takes it
+     * through a shuffle (its own lane: the same value) so that ptxas 13.0
+     * cannot split dresidual_out's refill address into a uniform part and
+     * encode the cp.async as LDGSTS [R + UR + imm] with registers it never
+     * writes, an illegal instruction on the device (as in the forward,
+     * norm_fwd.cu; bench/sass_check.sh finds that form). */
+    [[maybe_unused]] unsigned my_slot = 0;
+    if constexpr (DROLL && EPT == 32) my_slot = __shfl_sync(0xffffffffu, stage_s + threadIdx.x * 16u, (int)(threadIdx.x & 31u));
     [[maybe_unused]] auto dres_vec = [&](int64_t row, int st, int k) {
-        const unsigned sr = stage_s + (unsigned)(st * per_stage + (K * (chx + chy) + k) * nthr + (int)threadIdx.x) * 16u;
+        unsigned sr;
+        if constexpr (DROLL && EPT == 32) sr = my_slot + (unsigned)(st * per_stage + (K * (chx + chy) + k) * nthr) * 16u;
+        else sr = stage_s + (unsigned)(st * per_stage + (K * (chx + chy) + k) * nthr + (int)threadIdx.x) * 16u;
         cp_async16_s_l2(sr, (const TX *)p.dres_out + row * p.sdres_out + slice + ((int64_t)k * tpr + lane) * VEC, l2_last);
     };
     auto issue = [&](int64_t g, int st) {
@@ -1124,24 +1141,30 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
     q.wcache = cache_bytes > 0 && smem + cache_bytes <= (size_t)p.smem_max;
     q.wcache_off = (int)smem;
     if (q.wcache) smem += cache_bytes;
-    if constexpr (VEC > 1 && EPT <= 16) {
+    if constexpr (VEC > 1 && (EPT <= 16 || (EPT == 32 && sizeof(TX) == 2))) {
         /* The residual call over a cluster where two stages of its three
          * inputs do not fit beside the weight cache and the statistics (fp32
-         * 131072 in 16 x 512 x 16: 192 + 32 + 8 KiB): one stage (DROLL in
-         * the kernel) rather than dresidual_out read unstaged. */
+         * 131072 in 16 x 512 x 16: 192 + 32 + 8 KiB; 16-bit 262144 in 16 x
+         * 512 x 32: 192 + 64 + 8 KiB): one stage (DROLL in the kernel)
+         * rather than dresidual_out read unstaged. The 32-element tile is
+         * compiled for 512 threads only (the planner's tile for 16-bit rows
+         * of the residual call past 131072 columns). FUSEDNORM_BWD_DROLL=0
+         * (p.droll) keeps the general kernel, for A/B. */
         /* Exact tiles only: the form with idle columns (126000 in 16 x 512
          * x 16) hit an illegal instruction, as ROLL's did (step 102); racecheck
          * and memcheck saw a 16-byte shared write at a thread's first stage
          * slot land in "a block that might have already exited". Not found. */
         const size_t droll = (size_t)(EPT / VEC) * 3 * threads * 16 + bwd_stat_bytes(threads, 1);
         const bool exact = p.cols == (int64_t)p.cluster * p.tpr * EPT;
-        if (!res_plain && exact && p.cluster > 1 && p.rows_per_block == 1 &&
-            bwd_is_plain_residual(p, dtype_of<TX>::value) && droll <= cap && droll + cache_bytes <= (size_t)p.smem_max) {
+        if (!res_plain && exact && p.droll && p.cluster > 1 && p.rows_per_block == 1 &&
+            (EPT <= 16 || (p.tpr == 512 && threads == 512)) && bwd_is_plain_residual(p, dtype_of<TX>::value) &&
+            droll <= cap && droll + cache_bytes <= (size_t)p.smem_max) {
             fn_bwd_params d = p;
             d.wcache = 1;
             d.wcache_off = (int)droll;
-            return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 3, 0, true, false, false, true>, d, grid,
-                                   threads, droll + cache_bytes, d.cluster, stream, active);
+            constexpr int TPR = EPT == 32 ? 512 : 0;
+            return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 3, TPR, true, false, false, true>, d,
+                                   grid, threads, droll + cache_bytes, d.cluster, stream, active);
         }
     }
     if constexpr (sizeof(TX) == 4 && EPT == 32) {
