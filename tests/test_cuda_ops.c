@@ -525,8 +525,8 @@ static void test_bwd_f32_wide(void)
  * not fit beside the weight cache (step 104, norm_bwd.cu DROLL: one stage,
  * x and dy refilled at each row's start, dresidual_out in the dx pass):
  * 131072 in 16 x 512 x 16, 98304 in 16 x 384 and 81920 in 16 x 320 (their
- * 96 KiB stage cap), and 126000 (idle columns: not that form, which hit an
- * illegal instruction, but the general kernel), on 24 rows
+ * 96 KiB stage cap), and 126000 (idle columns: the form that hit the ptxas
+ * miscompile's illegal instruction until the shuffled slot), on 24 rows
  * (three turns of the 8 resident clusters of 16). Statistics given with
  * dresidual; recomputed, without dresidual, weight_offset; atomic dweight;
  * in place (dx == dy, dresidual == dresidual_out); LayerNorm without a
@@ -555,6 +555,61 @@ static void test_bwd_res_droll(void)
     c.residual_on = c.residual_out_on = c.dresidual_out_on = c.dresidual_on = 1;
     c.dweight_on = 1;
     gpu_repeatable(&c, "fp32 residual 131072 backward determinism");
+#if FUSEDNORM_WITH_CUDA
+    /* Against the general kernel (FUSEDNORM_BWD_DROLL=0): dx and dweight
+     * equal element for element, the exact tile and the one with idle
+     * columns (126000: the form that met the ptxas miscompile). */
+    static const int64_t ab_cols[] = {131072, 126000};
+    for (size_t i = 0; i < 2; i++) {
+        th_case a = th_case_default(FUSEDNORM_RMSNORM, 24, ab_cols[i], FUSEDNORM_F32);
+        a.residual_on = a.residual_out_on = a.dresidual_out_on = a.dresidual_on = 1;
+        a.dweight_on = 1;
+        a.store_rstd = a.bwd_stats_given = 1;
+        th_case_result r[2];
+        run_knob_off_on(&a, "FUSEDNORM_BWD_DROLL", r);
+        snprintf(th_context, sizeof th_context, "fp32 residual backward %lld, DROLL against the general kernel",
+                 (long long)ab_cols[i]);
+        ASSERT_TRUE(r[0].dx && r[1].dx && r[0].dweight && r[1].dweight);
+        ASSERT_EQ_INT(count_differing(r[0].dx, r[1].dx, r[0].rows * r[0].cols), 0);
+        ASSERT_EQ_INT(count_differing(r[0].dweight, r[1].dweight, r[0].cols), 0);
+        th_context[0] = '\0';
+        th_case_result_free(&r[0]);
+        th_case_result_free(&r[1]);
+    }
+    unsetenv("FUSEDNORM_BWD_DROLL");
+#endif
+}
+
+/* The fp32 residual backward at 262144 in 16 x 512 x 32 (ROLL with RES,
+ * norm_bwd.cu: one stage of x, dy and dresidual_out, the weight read from
+ * global memory), on 24 rows (three turns of the 8 resident clusters):
+ * statistics given with dresidual; recomputed, without dresidual,
+ * weight_offset; atomic dweight; in place (dx == dy, dresidual ==
+ * dresidual_out); LayerNorm without a bias (the same call); and with a bias
+ * (not this tile: two-pass). Against the CPU backend; dweight bitwise equal
+ * run to run. */
+static void test_bwd_f32_res_wide(void)
+{
+    for (int f = 0; f < 6; f++) {
+        const int ln = f >= 4;
+        th_case c = th_case_default(ln ? FUSEDNORM_LAYERNORM : FUSEDNORM_RMSNORM, 24, 262144, FUSEDNORM_F32);
+        c.residual_on = c.residual_out_on = 1;
+        c.dresidual_out_on = 1;
+        c.dresidual_on = f != 1;
+        c.dweight_on = 1;
+        c.bias_on = c.dbias_on = f == 5;
+        c.store_rstd = c.bwd_stats_given = f != 1;
+        c.store_mean = ln;
+        if (f == 1) c.weight_offset = 1.0f;
+        if (f == 2) c.flags = FUSEDNORM_ATOMIC_DWEIGHT;
+        if (f == 3) c.alias_dx_dy = c.alias_dres_dresout = 1;
+        if (ln) c.x_offset = 3.0f;
+        gpu_vs_cpu(&c, "fp32 residual backward 262144, one stage: gpu vs cpu");
+    }
+    th_case c = th_case_default(FUSEDNORM_RMSNORM, 24, 262144, FUSEDNORM_F32);
+    c.residual_on = c.residual_out_on = c.dresidual_out_on = c.dresidual_on = 1;
+    c.dweight_on = 1;
+    gpu_repeatable(&c, "fp32 residual 262144 backward determinism");
 }
 
 #if FUSEDNORM_WITH_CUDA
@@ -1064,6 +1119,7 @@ int main(void)
         {"bwd_f32_wide", test_bwd_f32_wide},
         {"bwd_res_droll", test_bwd_res_droll},
         {"bwd_res_droll_wide", test_bwd_res_droll_wide},
+        {"bwd_f32_res_wide", test_bwd_f32_res_wide},
         {"determinism", test_determinism},
         {"unsupported_mix", test_unsupported_mix},
         {"graph_capture", test_graph_capture},

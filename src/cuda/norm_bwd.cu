@@ -217,7 +217,6 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
     const int64_t slice = (ODD ? (int64_t)hd : 0) + (int64_t)rank * tpr * EPT;
     const float inv_n = 1.0f / (float)N;
     const bool want_w = p.dw != nullptr, want_b = PLAIN == 2 || (!PLAIN && p.db != nullptr);
-    const bool wcache = PLAIN || p.wcache;
     /* DROLL: the residual call's held tile (RES, HOLD) where two stages of
      * its three inputs do not fit beside the weight cache (fp32 131072 in 16
      * x 512 x 16: 192 KiB of stages). One stage: x and dy (and the
@@ -233,7 +232,14 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
     constexpr int STAGES = SHIFT ? FN_SHIFT_STAGES : DROLL ? 1 : bwd_stages<TX, EPT>();
     /* ROLL: one stage, refilled vector by vector in the dx pass (bwd_stages) */
     constexpr bool ROLL = PIPE && STAGES == 1 && !DROLL;
-    static_assert(!ROLL || (PLAIN >= 1 && PLAIN <= 2 && !SHIFT && !ODD), "ROLL: the common call's staged tile");
+    static_assert(!ROLL || (PLAIN >= 1 && PLAIN <= 3 && !SHIFT && !ODD), "ROLL: the PLAIN staged tiles");
+    /* ROLL with RES (the fp32 residual call at 262144 in 16 x 512 x 32): one
+     * stage of the three inputs is 192 KiB, which leaves no room for the 64
+     * KiB weight cache: (w + w_off) is read from global memory (L2: 1 MiB
+     * for the whole row) on each pass, and dresidual_out is refilled with x
+     * and dy. */
+    constexpr bool WGLOBAL = ROLL && RES;
+    const bool wcache = (PLAIN && !WGLOBAL) || (!PLAIN && p.wcache);
 
     float *wc = reinterpret_cast<float *>(dyn_smem + p.wcache_off);
 
@@ -280,17 +286,20 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
     [[maybe_unused]] auto edge_staged = [&](int64_t row) { return lane < hd || row != p.rows - 1; };
     /* dresidual_out's vector k of row into stage st's slot (no commit): the
      * residual tiles' issue below, and DROLL's refill in the dx pass. */
-    /* This thread's first stage slot. DROLL's 32-element tile takes it
-     * through a shuffle (its own lane: the same value) so that ptxas 13.0
-     * cannot split dresidual_out's refill address into a uniform part and
-     * encode the cp.async as LDGSTS [R + UR + imm] with registers it never
-     * writes, an illegal instruction on the device (as in the forward,
-     * norm_fwd.cu; bench/sass_check.sh finds that form). */
+    /* This thread's first stage slot. DROLL's tiles take it through a
+     * shuffle (its own lane: the same value) so that ptxas 13.0 cannot split
+     * their cp.async addresses into a uniform part and encode them as LDGSTS
+     * [R + UR + imm] with registers it never writes, an illegal instruction
+     * on the device (as in the forward, norm_fwd.cu; bench/sass_check.sh
+     * finds that form): the 16-bit 32-element tile had it on dresidual_out's
+     * refill, the fp32 form with idle columns (126000 in 16 x 512 x 16, the
+     * "illegal instruction" of step 104) at its stage's first slot. Not the other tiles: the
+     * same shuffle there brought the form into the fp32 ODD residual tile. */
     [[maybe_unused]] unsigned my_slot = 0;
-    if constexpr (DROLL && EPT == 32) my_slot = __shfl_sync(0xffffffffu, stage_s + threadIdx.x * 16u, (int)(threadIdx.x & 31u));
+    if constexpr (DROLL) my_slot = __shfl_sync(0xffffffffu, stage_s + threadIdx.x * 16u, (int)(threadIdx.x & 31u));
     [[maybe_unused]] auto dres_vec = [&](int64_t row, int st, int k) {
         unsigned sr;
-        if constexpr (DROLL && EPT == 32) sr = my_slot + (unsigned)(st * per_stage + (K * (chx + chy) + k) * nthr) * 16u;
+        if constexpr (DROLL) sr = my_slot + (unsigned)(st * per_stage + (K * (chx + chy) + k) * nthr) * 16u;
         else sr = stage_s + (unsigned)(st * per_stage + (K * (chx + chy) + k) * nthr + (int)threadIdx.x) * 16u;
         cp_async16_s_l2(sr, (const TX *)p.dres_out + row * p.sdres_out + slice + ((int64_t)k * tpr + lane) * VEC, l2_last);
     };
@@ -312,7 +321,8 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
                 cp_async_commit();
                 return;
             }
-            const unsigned sx = stage_s + (unsigned)(st * per_stage + (int)threadIdx.x) * 16u,
+            const unsigned sx = DROLL ? my_slot + (unsigned)(st * per_stage) * 16u
+                                      : stage_s + (unsigned)(st * per_stage + (int)threadIdx.x) * 16u,
                            sy = sx + (unsigned)(K * chx * nthr) * 16u;
             const TX *xrow = (const TX *)p.x + row * p.sx + slice + lane * VEC;
             const TX *dyrow = (const TX *)p.dy + row * p.sdy + slice + lane * VEC;
@@ -598,6 +608,7 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
             const int64_t c = slice + ((int64_t)k * tpr + lane) * VEC;
             cp_async16_s_l2(so, (const TX *)p.x + rn * p.sx + c, l2_last);
             cp_async16_s_l2(so + (unsigned)(K * chx * nthr) * 16u, (const TX *)p.dy + rn * p.sdy + c, l2_last);
+            if constexpr (RES) dres_vec(rn, 0, k);
         };
 
         /* DROLL: this row's dresidual_out (the group before the next row's x and dy) */
@@ -1150,37 +1161,53 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
          * compiled for 512 threads only (the planner's tile for 16-bit rows
          * of the residual call past 131072 columns). FUSEDNORM_BWD_DROLL=0
          * (p.droll) keeps the general kernel, for A/B. */
-        /* Exact tiles only: the form with idle columns (126000 in 16 x 512
-         * x 16) hit an illegal instruction, as ROLL's did (step 102); racecheck
-         * and memcheck saw a 16-byte shared write at a thread's first stage
-         * slot land in "a block that might have already exited". Not found. */
+        /* The form with idle columns (126000 in 16 x 512 x 16) hit an
+         * illegal instruction in step 104: the ptxas 13.0 miscompile of
+         * session 33 (sass_check found it in that form), which
+         * the shuffled slot in the kernel avoids; the 32-element tile keeps
+         * exact tiles of 512 threads. */
         const size_t droll = (size_t)(EPT / VEC) * 3 * threads * 16 + bwd_stat_bytes(threads, 1);
         const bool exact = p.cols == (int64_t)p.cluster * p.tpr * EPT;
-        if (!res_plain && exact && p.droll && p.cluster > 1 && p.rows_per_block == 1 &&
-            (EPT <= 16 || (p.tpr == 512 && threads == 512)) && bwd_is_plain_residual(p, dtype_of<TX>::value) &&
+        if (!res_plain && p.droll && p.cluster > 1 && p.rows_per_block == 1 &&
+            (EPT <= 16 || (exact && p.tpr == 512 && threads == 512)) && bwd_is_plain_residual(p, dtype_of<TX>::value) &&
             droll <= cap && droll + cache_bytes <= (size_t)p.smem_max) {
             fn_bwd_params d = p;
             d.wcache = 1;
             d.wcache_off = (int)droll;
             constexpr int TPR = EPT == 32 ? 512 : 0;
+            if constexpr (EPT <= 16)
+                if (!exact) /* idle columns: the column checks stay */
+                    return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 3, 0, false, false, false, true>,
+                                           d, grid, threads, droll + cache_bytes, d.cluster, stream, active);
             return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, 3, TPR, true, false, false, true>, d,
                                    grid, threads, droll + cache_bytes, d.cluster, stream, active);
         }
     }
     if constexpr (sizeof(TX) == 4 && EPT == 32) {
-        /* The fp32 32-element tile: the common call only, staged, the weight
-         * cached (fn_bwd_wide_fits; one stage, ROLL in the kernel). */
+        /* The fp32 32-element tile: staged, one stage (ROLL in the kernel):
+         * the common call with the weight cached, and the pre-norm
+         * residual's call (PLAIN 3) with dresidual_out staged too and the
+         * weight read from global memory (fn_bwd_wide_fits). */
         /* Exact tiles of 512 threads only: the run-time-tpr form with idle
-         * columns hit an illegal instruction (200000 in 16 x 416, step 102). */
-        auto exact512 = [&](auto plain) {
-            return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, decltype(plain)::value, 512>, q, grid,
-                                   threads, smem, q.cluster, stream, active);
+         * columns hit an illegal instruction (200000 in 16 x 416, step 102),
+         * the ptxas 13.0 miscompile of session 33 (sass_check finds its
+         * form there), and spills 20-48 bytes. */
+        auto exact512 = [&](auto plain, const fn_bwd_params &r, size_t bytes) {
+            return launch_or_query(norm_bwd_rows_in_registers<TX, VEC, EPT, true, decltype(plain)::value, 512>, r, grid,
+                                   threads, bytes, r.cluster, stream, active);
         };
         const bool exact = q.cols == (int64_t)q.cluster * 512 * EPT && q.tpr == 512 && threads == 512;
         if (exact && pipe && q.wcache && !res_plain) switch (bwd_is_plain(q)) {
-            case 1: return exact512(std::integral_constant<int, 1>{});
-            case 2: return exact512(std::integral_constant<int, 2>{});
+            case 1: return exact512(std::integral_constant<int, 1>{}, q, smem);
+            case 2: return exact512(std::integral_constant<int, 2>{}, q, smem);
             }
+        const size_t roll3 = bwd_stage_bytes<TX, VEC, EPT>(threads, 3) + bwd_stat_bytes(threads, 1);
+        if (exact && p.droll && bwd_is_plain_residual(p, dtype_of<TX>::value) && roll3 <= (size_t)p.smem_max) {
+            fn_bwd_params r = p;
+            r.wcache = 0;
+            r.wcache_off = 0;
+            return exact512(std::integral_constant<int, 3>{}, r, roll3);
+        }
         return cudaErrorInvalidConfiguration;
     } else if constexpr (VEC > 1) {
         if (pipe) {
@@ -1301,9 +1328,14 @@ extern "C" int fn_bwd_wide_fits(const fn_bwd_params *p)
     if (p->dt_x != p->dt_dx || p->dt_dy != p->dt_dx) return 0;
     if (p->dt_dx == FN_DT_F32) {
         /* one stage of x and dy, the statistics and the weight cache at 512
-         * threads (196 KiB), for the common call only (launch_rows) */
+         * threads (196 KiB), for the common call; for the pre-norm
+         * residual's call one stage of x, dy and dresidual_out and the
+         * statistics (196 KiB), the weight read from global memory, unless
+         * FUSEDNORM_BWD_DROLL=0 (launch_rows) */
         const size_t smem = fn::bwd_stage_bytes<float, 4, 32>(512, 2) + fn::bwd_stat_bytes(512, 1) + 512 * 32 * sizeof(float);
-        return fn::bwd_plain_call(*p) != 0 && smem <= (size_t)p->smem_max;
+        if (fn::bwd_plain_call(*p) != 0) return smem <= (size_t)p->smem_max;
+        const size_t res = fn::bwd_stage_bytes<float, 4, 32>(512, 3) + fn::bwd_stat_bytes(512, 1);
+        return p->droll && fn::bwd_is_plain_residual(*p, FN_DT_F32) && res <= (size_t)p->smem_max;
     }
     const size_t stages = fn::bwd_stage_bytes<__half, 8, 32>(512, 2) + fn::bwd_stat_bytes(512);
     return stages <= (size_t)p->smem_max;
