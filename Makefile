@@ -31,7 +31,7 @@ export PIP_BREAK_SYSTEM_PACKAGES = 1
 # cmake's generated makefiles are sub-makes too: keep their noise out.
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build run test test-c test-asan fuzz test-python install clean
+.PHONY: all build run test test-c sass-tools test-asan fuzz test-python install clean
 
 all: build
 
@@ -55,9 +55,28 @@ test: build
 	done; \
 	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi
 
-test-c: build
+test-c: build sass-tools
 	@echo "== C tests (ctest, $(BUILD)/)"
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# cuobjdump and nvdisasm for ctest's sass_check where the CUDA toolkit has
+# none (it scans the library's device code for a ptxas miscompile): NVIDIA's
+# wheels of the toolkit's major version, unpacked under $(BUILD)/sass-tools.
+# Only for a CUDA build; a failed download leaves the test skipped, saying so.
+NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+sass-tools: build
+	@if [ -n "$(NVCC)" ] && grep -q '^FUSEDNORM_WITH_CUDA_BUILT:INTERNAL=ON' $(BUILD)/CMakeCache.txt && \
+	   ! { command -v cuobjdump && command -v nvdisasm; } >/dev/null 2>&1 && \
+	   ! ls $(BUILD)/sass-tools/nvidia/*/bin/nvdisasm >/dev/null 2>&1; then \
+	  major=$$($(NVCC) --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p'); \
+	  echo "== cuobjdump and nvdisasm $$major.* from PyPI into $(BUILD)/sass-tools (for sass_check)"; \
+	  rm -rf $(BUILD)/sass-tools && mkdir -p $(BUILD)/sass-tools/whl && \
+	  $(PYTHON) -m pip download -q --no-deps -d $(BUILD)/sass-tools/whl \
+	    "nvidia-cuda-cuobjdump==$$major.*" "nvidia-cuda-nvdisasm==$$major.*" && \
+	  for w in $(BUILD)/sass-tools/whl/*.whl; do $(PYTHON) -m zipfile -e $$w $(BUILD)/sass-tools || exit 1; done && \
+	  chmod +x $(BUILD)/sass-tools/nvidia/*/bin/* || \
+	  echo "make: could not fetch cuobjdump/nvdisasm: ctest's sass_check will be skipped"; \
+	fi
 
 # The same C tests built with ASan+UBSan, CPU backend only (sanitizers see
 # host code). The install test is left out: its consumer is not instrumented.
