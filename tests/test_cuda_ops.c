@@ -328,6 +328,25 @@ static int64_t count_differing(const double *a, const double *b, int64_t n)
         for (int64_t e = 0; e < n; e++) d += a[e] != b[e];
     return d;
 }
+
+/* Case c on the CUDA backend with the backward lab knob `knob` off and on
+ * (run_knob_off_on): dx equal element for element; dweight too when
+ * same_dweight (not for atomic dweight, whose order of adds is the
+ * hardware's). `what` names the pair in a failure. */
+static void assert_bwd_knob_equal(const th_case *c, const char *knob, int same_dweight, const char *what)
+{
+    th_case_result r[2];
+    run_knob_off_on(c, knob, r);
+    snprintf(th_context, sizeof th_context, "%s: %s=0 against %s=1", what, knob, knob);
+    const int64_t n = r[0].rows * r[0].cols;
+    ASSERT_TRUE(r[0].dx && r[1].dx && r[0].dweight && r[1].dweight);
+    ASSERT_EQ_INT(count_differing(r[0].dx, r[1].dx, n), 0);
+    if (same_dweight) ASSERT_EQ_INT(count_differing(r[0].dweight, r[1].dweight, r[0].cols), 0);
+    th_context[0] = '\0';
+    th_case_result_free(&r[0]);
+    th_case_result_free(&r[1]);
+    unsetenv(knob);
+}
 #endif
 
 #if FUSEDNORM_WITH_CUDA
@@ -565,18 +584,11 @@ static void test_bwd_res_droll(void)
         a.residual_on = a.residual_out_on = a.dresidual_out_on = a.dresidual_on = 1;
         a.dweight_on = 1;
         a.store_rstd = a.bwd_stats_given = 1;
-        th_case_result r[2];
-        run_knob_off_on(&a, "FUSEDNORM_BWD_DROLL", r);
-        snprintf(th_context, sizeof th_context, "fp32 residual backward %lld, DROLL against the general kernel",
+        char what[96];
+        snprintf(what, sizeof what, "fp32 residual backward %lld, DROLL against the general kernel",
                  (long long)ab_cols[i]);
-        ASSERT_TRUE(r[0].dx && r[1].dx && r[0].dweight && r[1].dweight);
-        ASSERT_EQ_INT(count_differing(r[0].dx, r[1].dx, r[0].rows * r[0].cols), 0);
-        ASSERT_EQ_INT(count_differing(r[0].dweight, r[1].dweight, r[0].cols), 0);
-        th_context[0] = '\0';
-        th_case_result_free(&r[0]);
-        th_case_result_free(&r[1]);
+        assert_bwd_knob_equal(&a, "FUSEDNORM_BWD_DROLL", 1, what);
     }
-    unsetenv("FUSEDNORM_BWD_DROLL");
 #endif
 }
 
@@ -637,19 +649,11 @@ static void test_bwd_res_droll_wide(void)
         if (f == 3) c.alias_dx_dy = c.alias_dres_dresout = 1;
         if (f == 4) c.flags = FUSEDNORM_ATOMIC_DWEIGHT;
         if (f == 5) c.x_offset = 3.0f;
-        th_case_result r[2];
-        run_knob_off_on(&c, "FUSEDNORM_BWD_DROLL", r);
-        snprintf(th_context, sizeof th_context, "residual backward 262144, DROLL wide tile against the general kernel (form %d)",
-                 f);
-        ASSERT_TRUE(r[0].dx && r[1].dx && r[0].dweight && r[1].dweight);
-        ASSERT_EQ_INT(count_differing(r[0].dx, r[1].dx, r[0].rows * r[0].cols), 0);
-        /* atomic dweight: the order of the adds is the hardware's */
-        if (f != 4) ASSERT_EQ_INT(count_differing(r[0].dweight, r[1].dweight, r[0].cols), 0);
-        th_context[0] = '\0';
-        th_case_result_free(&r[0]);
-        th_case_result_free(&r[1]);
+        char what[96];
+        snprintf(what, sizeof what, "residual backward 262144, DROLL wide tile against the general kernel (form %d)", f);
+        /* atomic dweight (form 4): the order of the adds is the hardware's */
+        assert_bwd_knob_equal(&c, "FUSEDNORM_BWD_DROLL", f != 4, what);
     }
-    unsetenv("FUSEDNORM_BWD_DROLL");
     th_case c = th_case_default(FUSEDNORM_RMSNORM, 40, 262144, FUSEDNORM_BF16);
     c.residual_on = c.residual_out_on = c.dresidual_out_on = c.dresidual_on = 1;
     c.dweight_on = 1;
