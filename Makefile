@@ -62,13 +62,13 @@ test-c: build sass-tools
 # cuobjdump and nvdisasm for ctest's sass_check where the CUDA toolkit has
 # none (it scans the library's device code for a ptxas miscompile): NVIDIA's
 # wheels of the toolkit's major version, unpacked under $(BUILD)/sass-tools.
-# Only for a CUDA build; a failed download leaves the test skipped, saying so.
-NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+# Only for a CUDA build (the major version CMake built with, from its cache);
+# a failed download leaves the test skipped, saying so.
 sass-tools: build
-	@if [ -n "$(NVCC)" ] && grep -q '^FUSEDNORM_WITH_CUDA_BUILT:INTERNAL=ON' $(BUILD)/CMakeCache.txt && \
+	@major=$$(sed -n 's/^FUSEDNORM_CUDA_MAJOR:INTERNAL=//p' $(BUILD)/CMakeCache.txt); \
+	if [ -n "$$major" ] && \
 	   ! { command -v cuobjdump && command -v nvdisasm; } >/dev/null 2>&1 && \
 	   ! ls $(BUILD)/sass-tools/nvidia/*/bin/nvdisasm >/dev/null 2>&1; then \
-	  major=$$($(NVCC) --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p'); \
 	  echo "== cuobjdump and nvdisasm $$major.* from PyPI into $(BUILD)/sass-tools (for sass_check)"; \
 	  rm -rf $(BUILD)/sass-tools && mkdir -p $(BUILD)/sass-tools/whl && \
 	  $(PYTHON) -m pip download -q --no-deps -d $(BUILD)/sass-tools/whl \
