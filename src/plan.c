@@ -382,14 +382,17 @@ int fn_plan_use_held_cluster(fn_plan *pl, int64_t cols, int x_bytes, int u, int 
 int fn_plan_fwd_rows_cluster_call(const fn_plan_problem *pb)
 {
     /* The common call past 64 KiB; RMSNorm's residual call from
-     * FN_PLAN_STREAM_FWD_RES_BYTES, where it streams or is held (LayerNorm's
-     * is not timed in the tile). A call without a weight runs the PLAIN
+     * FN_PLAN_STREAM_FWD_RES_BYTES, where it streams or is held; LayerNorm's
+     * past 64 KiB, short of FN_PLAN_LN_RES_TILE_END_BYTES (step 111, plan.h).
+     * A call without a weight runs the PLAIN
      * kernel with a weight of ones (step 95); LayerNorm's statistics cross
      * the cluster in one exchange (step 96: bf16 65536 72.1 -> 78.3% of
      * copy, fp32 32768 77.9 -> 88.3). */
     const int64_t bytes = pb->cols * pb->x_bytes;
     const int rows = (pb->stream == FN_STREAM_COMMON && bytes > FN_PLAN_STREAM_FWD_BYTES) ||
-                     (pb->stream == FN_STREAM_RESIDUAL && !pb->is_ln && bytes >= FN_PLAN_STREAM_FWD_RES_BYTES);
+                     (pb->stream == FN_STREAM_RESIDUAL &&
+                      (pb->is_ln ? bytes > FN_PLAN_STREAM_FWD_BYTES && bytes < FN_PLAN_LN_RES_TILE_END_BYTES
+                                 : bytes >= FN_PLAN_STREAM_FWD_RES_BYTES));
     return !pb->is_bwd && !pb->no_tile && pb->vec_ok && pb->cc_major >= 9 && !pb->w32 && rows;
 }
 
@@ -425,6 +428,9 @@ int fn_plan_use_fwd_rows_cluster(fn_plan *pl, int64_t cols, int x_bytes, int max
     } else if (x_bytes == 4 && max_cluster >= 16 && cols == (int64_t)16 * 512 * 32) {
         ept = 32; /* fp32 262144: 16 x 512 x 32, the residual call's too (plan.h) */
         c = 16;
+        tpr = 512;
+    } else if (residual && x_bytes == 4 && max_cluster < 16 && cols == (int64_t)cl * 512 * ept) {
+        c = cl; /* fp32 65536 where clusters stop at 8 (LayerNorm's): 8 x 512 x 16, 64 KiB of stages (plan.h) */
         tpr = 512;
     } else if (residual) { /* its other rows: no 512-thread CTA over 8 (measured unstaged: 131072 46.5) */
         return 0;

@@ -305,6 +305,18 @@ int fn_plan_fwd_ln_max_cluster(int64_t cols);
  * -> 90.8, 40000 74.7 -> 92.9, 49152 79.5 -> 93.8, 65536 83.3 -> 92.4, fp16
  * 65536 82.6 -> 92.2; past 65536 held (98304 76.0 against 62.9 in 16 x 384,
  * 131072 80.9 against 75.5 in 16 x 512). */
+/* LayerNorm's residual call (step 111, session 36) takes the same tiles past
+ * 64 KiB, its clusters capped as its common call's (fn_plan_fwd_ln_max_cluster),
+ * and fp32 65536 in 8 x 512 x 16 where clusters stop at 8 (RMSNorm's 16 x
+ * 256 needs 16). Measured (H200, % of copy, held or streamed -> tile, two
+ * rounds alike to 0.7): bf16 40000 63.9 -> 81.0 (5 x 256), 65536 77.9 ->
+ * 90.9 (8 x 256), 131072 69.4 -> 86.1 (16 x 256), 262144 56.9 -> 62.2 (16 x
+ * 512); fp32 32768 82.8 -> 94.3 (8 x 256 x 16), 65536 76.2 -> 95.4 (8 x 512
+ * x 16), 131072 61.4 -> 94.4 (16 x 512 x 16). Not from rows of
+ * FN_PLAN_LN_RES_TILE_END_BYTES (fp32 262144: x's and the residual's one
+ * stage and the weight and bias cache, 128 KiB each, pass shared memory, and
+ * the tile unstaged lost, 62.5 -> 58.6). */
+#define FN_PLAN_LN_RES_TILE_END_BYTES (1024 * 1024)
 #define FN_PLAN_FWD_ROWS_CLUSTER_SMALL_CTA 256
 #define FN_PLAN_FWD_ROWS_CLUSTER 8
 int fn_plan_fwd_rows_cluster_call(const fn_plan_problem *pb);

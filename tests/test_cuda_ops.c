@@ -306,6 +306,41 @@ static void test_fwd_ln_cluster(void)
 #endif
 
 #if FUSEDNORM_WITH_CUDA
+/* LayerNorm's residual forward past 64 KiB in the register tile over a
+ * cluster (step 111: x and the residual staged, the sum and the squares met
+ * by one exchange, or two where the mean is far from zero), as the planner
+ * gives it: 16-bit 5 x 256 (inexact), 8 x 256, 16 x 256, 16 x 512; fp32 8 x
+ * 256 x 16, 8 x 512 x 16 (65536: clusters stop at 8 for LayerNorm), 16 x
+ * 512 x 16; fp32 262144 off the tile as before (plan.h's
+ * FN_PLAN_LN_RES_TILE_END_BYTES). residual_out kept, prenorm in place
+ * (residual_out == residual, y == x), without residual_out, with a bias and
+ * no weight, the outlier rows; then rows walking the grid (300, 40 for the
+ * tiles of 16 CTAs) whose odd rows lie about 100 (x_offset: the second
+ * exchange), so that the stages and the exchange's phases turn over. */
+static void test_fwd_ln_res_cluster(void)
+{
+    static const struct { int64_t cols; fusednorm_dtype dt; } cases[] = {
+        {40000, FUSEDNORM_BF16},  {65536, FUSEDNORM_BF16}, {131072, FUSEDNORM_F16}, {262144, FUSEDNORM_BF16},
+        {32768, FUSEDNORM_F32},   {65536, FUSEDNORM_F32},  {131072, FUSEDNORM_F32}, {262144, FUSEDNORM_F32},
+    };
+    unsetenv("FUSEDNORM_PLAN_FWD");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int f = 0; f < 6; f++) {
+            const int big = cases[i].cols >= 131072;
+            th_case c = th_case_default(FUSEDNORM_LAYERNORM, f == 5 ? big ? 40 : 300 : 9, cases[i].cols, cases[i].dt);
+            c.residual_on = 1;
+            c.residual_out_on = f != 2;
+            c.alias_resout_res = c.alias_y_x = f == 1;
+            c.bias_on = f != 4;
+            c.weight_on = f != 3;
+            c.outliers = f == 0 && cases[i].dt != FUSEDNORM_F16;
+            c.x_offset = f == 5 ? 100.0f : 0.0f;
+            c.store_rstd = c.store_mean = 1;
+            c.skip_bwd = 1;
+            gpu_vs_cpu(&c, "layernorm residual forward over a cluster: gpu vs cpu");
+        }
+}
+
 /* Case c on the CUDA backend twice on the same inputs: the lab knob `knob`
  * at "0" for r[0], at "1" for r[1] (each run checked against the reference
  * in th_run_case). */
@@ -1117,6 +1152,7 @@ int main(void)
         {"odd_grid", test_odd_grid},
         {"fwd_rows_cluster", test_fwd_rows_cluster},
         {"fwd_ln_cluster", test_fwd_ln_cluster},
+        {"fwd_ln_res_cluster", test_fwd_ln_res_cluster},
         {"fwd_lag", test_fwd_lag},
         {"fwd_plain_res", test_fwd_plain_res},
         {"fwd_ln_one_cta", test_fwd_ln_one_cta},

@@ -257,10 +257,12 @@ int main(void)
             const int cluster = cc >= 9 ? streamed[i].cluster : 0;
             const fn_plan p = fn_plan_make(&pb);
             /* rows the register tile takes (step 96: LayerNorm's common call
-             * past 64 KiB too) bypass the held rule */
+             * past 64 KiB too; step 111: its residual call too) bypass the
+             * held rule */
             fn_plan tile;
             if (fn_plan_fwd_rows_cluster_call(&pb) &&
-                fn_plan_use_fwd_rows_cluster(&tile, pb.cols, pb.x_bytes, pb.max_cluster, 0)) {
+                fn_plan_use_fwd_rows_cluster(&tile, pb.cols, pb.x_bytes, pb.max_cluster,
+                                             pb.stream == FN_STREAM_RESIDUAL)) {
                 ASSERT_EQ_INT(p.path, FN_PATH_ROWS_IN_REGISTERS);
                 ASSERT_EQ_INT(p.cluster, tile.cluster);
                 continue;
@@ -662,12 +664,43 @@ int main(void)
         else if (res_cl[i].cols * xb > 32768) {
             ASSERT_EQ_INT(p.path, FN_PATH_HELD); /* held over a cluster as before */
         }
-        pb.is_ln = 1; /* LayerNorm's residual call: held (not timed in the tile) */
-        ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), 0);
+        pb.is_ln = 1; /* LayerNorm's residual call: the tile only past 64 KiB (step 111) */
+        ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), res_cl[i].cols * xb > FN_PLAN_STREAM_FWD_BYTES &&
+                                                              res_cl[i].cols * xb < FN_PLAN_LN_RES_TILE_END_BYTES);
         pb.is_ln = 0;
         pb.cc_major = 8;
         ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), 0);
     }
+
+    /* LayerNorm's residual call past 64 KiB (step 111), its clusters capped
+     * as the backend caps them (fn_plan_fwd_ln_max_cluster: 16 at 131072 and
+     * 262144, else 8): 16-bit 8 x 256, 16 x 256, 16 x 512; fp32 8 x 256 x 16,
+     * 8 x 512 x 16 (65536, where the RMSNorm call takes 16 x 256), 16 x 512
+     * x 16; not fp32 262144 (FN_PLAN_LN_RES_TILE_END_BYTES); the rows no such
+     * tile fills held as before. */
+    struct { int64_t cols; int x_bytes, cluster, tpr, ept; } ln_res[] = {
+        {32768, 2, 0, 0, 0},      {40000, 2, 5, 256, 32},   {65536, 2, 8, 256, 32},   {98304, 2, 0, 0, 0},
+        {131072, 2, 16, 256, 32}, {262144, 2, 16, 512, 32}, {16384, 4, 0, 0, 0},      {32768, 4, 8, 256, 16},
+        {49152, 4, 0, 0, 0},      {65536, 4, 8, 512, 16},   {131072, 4, 16, 512, 16}, {262144, 4, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof ln_res / sizeof ln_res[0]; i++) {
+        const int xb = ln_res[i].x_bytes;
+        fn_plan_problem pb = {0, ln_res[i].cols, xb, 1, 9, 16, 0, 0, FN_STREAM_RESIDUAL, 0, 0, 1, 0, 0};
+        pb.max_cluster = fn_plan_fwd_ln_max_cluster(ln_res[i].cols);
+        snprintf(th_context, sizeof th_context, "layernorm residual rows cluster: cols %lld x_bytes %d",
+                 (long long)ln_res[i].cols, xb);
+        ASSERT_EQ_INT(fn_plan_fwd_rows_cluster_call(&pb), ln_res[i].cols * xb > FN_PLAN_STREAM_FWD_BYTES &&
+                                                              ln_res[i].cols * xb < FN_PLAN_LN_RES_TILE_END_BYTES);
+        fn_plan p = fn_plan_make(&pb);
+        if (ln_res[i].cluster) expect_tile(&p, ln_res[i].cluster, ln_res[i].tpr, ln_res[i].ept, 16 / xb);
+        else ASSERT_TRUE(p.path != FN_PATH_ROWS_IN_REGISTERS);
+        if (xb == 4 && ln_res[i].cols == 65536) { /* with clusters of 16 (RMSNorm's bound): 16 x 256 as before */
+            pb.max_cluster = 16;
+            p = fn_plan_make(&pb);
+            expect_tile(&p, 16, 256, 16, 4);
+        }
+    }
+    th_context[0] = '\0';
 
     fn_plan_problem bwd_large = {1, 131072, 2, 1, 9, 16, 0, 0, 0, 0, 0, 0, 0, 0};
     ASSERT_EQ_INT(fn_plan_make(&bwd_large).path, FN_PATH_TWO_PASS);
