@@ -342,16 +342,22 @@ static void test_fwd_ln_res_cluster(void)
 }
 
 /* Case c on the CUDA backend twice on the same inputs: the lab knob `knob`
- * at "0" for r[0], at "1" for r[1] (each run checked against the reference
+ * at "0" for r[0], at `on` for r[1] (each run checked against the reference
  * in th_run_case). */
-static void run_knob_off_on(const th_case *c, const char *knob, th_case_result r[2])
+static void run_knob_off_at(const th_case *c, const char *knob, const char *on, th_case_result r[2])
 {
     const uint64_t rng = th_rng_get();
-    for (int on = 0; on < 2; on++) {
-        setenv(knob, on ? "1" : "0", 1);
+    for (int i = 0; i < 2; i++) {
+        setenv(knob, i ? on : "0", 1);
         th_rng_set(rng);
-        th_run_case(c, FUSEDNORM_CUDA, &r[on]);
+        th_run_case(c, FUSEDNORM_CUDA, &r[i]);
     }
+}
+
+/* The same with the knob at "1" (its default) for r[1]. */
+static void run_knob_off_on(const th_case *c, const char *knob, th_case_result r[2])
+{
+    run_knob_off_at(c, knob, "1", r);
 }
 
 /* How many of the n elements of a and b differ (0 where either is missing:
@@ -393,21 +399,33 @@ static void assert_bwd_knob_equal(const th_case *c, const char *knob, int same_d
  * clusters: every buffer and phase of the exchange reused), RMSNorm and
  * LayerNorm, the LayerNorm rows about 100 between rows about zero (the
  * centred squares at cluster barriers, then the exchange again), two and
- * three stages; fp16 LayerNorm 131072 in 8 x 512. */
+ * three stages; fp16 LayerNorm 131072 in 8 x 512. LayerNorm's 256-thread
+ * tiles with LAG at two stages through the knob at "2" (16-bit 65536 in 8 x
+ * 256 on 100 rows, 12 turns of the 8-CTA clusters two an SM resident on the
+ * H200; bf16 131072 in 16 x 256): measured faster at 65536 (session 36,
+ * docs/perf.md), for a rule that would take it there. */
 static void test_fwd_lag(void)
 {
-    static const struct { fusednorm_norm norm; int64_t cols; fusednorm_dtype dt; const char *plan, *deep; } cases[] = {
-        {FUSEDNORM_RMSNORM, 262144, FUSEDNORM_BF16, NULL, "1"},
-        {FUSEDNORM_RMSNORM, 262144, FUSEDNORM_F16, NULL, "2"},
-        {FUSEDNORM_LAYERNORM, 262144, FUSEDNORM_BF16, NULL, "1"},
-        {FUSEDNORM_LAYERNORM, 262144, FUSEDNORM_BF16, NULL, "0"},
-        {FUSEDNORM_LAYERNORM, 131072, FUSEDNORM_F16, "32,512,8", "1"},
+    static const struct {
+        fusednorm_norm norm;
+        int64_t cols, rows;
+        fusednorm_dtype dt;
+        const char *plan, *deep, *on;
+    } cases[] = {
+        {FUSEDNORM_RMSNORM, 262144, 40, FUSEDNORM_BF16, NULL, "1", "1"},
+        {FUSEDNORM_RMSNORM, 262144, 40, FUSEDNORM_F16, NULL, "2", "1"},
+        {FUSEDNORM_LAYERNORM, 262144, 40, FUSEDNORM_BF16, NULL, "1", "1"},
+        {FUSEDNORM_LAYERNORM, 262144, 40, FUSEDNORM_BF16, NULL, "0", "1"},
+        {FUSEDNORM_LAYERNORM, 131072, 40, FUSEDNORM_F16, "32,512,8", "1", "1"},
+        {FUSEDNORM_LAYERNORM, 65536, 100, FUSEDNORM_BF16, NULL, "1", "2"},
+        {FUSEDNORM_LAYERNORM, 65536, 100, FUSEDNORM_F16, NULL, "1", "2"},
+        {FUSEDNORM_LAYERNORM, 131072, 40, FUSEDNORM_BF16, NULL, "1", "2"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (cases[i].plan) setenv("FUSEDNORM_PLAN_FWD", cases[i].plan, 1);
         else unsetenv("FUSEDNORM_PLAN_FWD");
         setenv("FUSEDNORM_FWD_DEEP", cases[i].deep, 1);
-        th_case c = th_case_default(cases[i].norm, 40, cases[i].cols, cases[i].dt);
+        th_case c = th_case_default(cases[i].norm, cases[i].rows, cases[i].cols, cases[i].dt);
         c.bias_on = cases[i].norm == FUSEDNORM_LAYERNORM;
         c.weight_offset = cases[i].norm == FUSEDNORM_RMSNORM ? 1.0f : 0.0f;
         c.x_offset = cases[i].norm == FUSEDNORM_LAYERNORM ? 100.0f : 0.0f;
@@ -415,10 +433,10 @@ static void test_fwd_lag(void)
         c.store_mean = cases[i].norm == FUSEDNORM_LAYERNORM;
         c.skip_bwd = 1;
         th_case_result r[2];
-        run_knob_off_on(&c, "FUSEDNORM_FWD_LAG", r);
-        snprintf(th_context, sizeof th_context, "forward LAG against the one-call exchange, %s %lld %s (deep %s)",
+        run_knob_off_at(&c, "FUSEDNORM_FWD_LAG", cases[i].on, r);
+        snprintf(th_context, sizeof th_context, "forward LAG against the one-call exchange, %s %lld %s (deep %s, lag %s)",
                  cases[i].norm == FUSEDNORM_RMSNORM ? "rms" : "ln", (long long)cases[i].cols,
-                 cases[i].dt == FUSEDNORM_BF16 ? "bf16" : "f16", cases[i].deep);
+                 cases[i].dt == FUSEDNORM_BF16 ? "bf16" : "f16", cases[i].deep, cases[i].on);
         ASSERT_TRUE(r[0].y && r[1].y);
         ASSERT_EQ_INT(count_differing(r[0].y, r[1].y, r[0].rows * r[0].cols), 0);
         th_context[0] = '\0';
