@@ -430,7 +430,10 @@ int fn_plan_use_fwd_rows_cluster(fn_plan *pl, int64_t cols, int x_bytes, int max
         c = 16;
         tpr = 512;
     } else if (residual && x_bytes == 4 && max_cluster < 16 && cols == (int64_t)cl * 512 * ept) {
-        c = cl; /* fp32 65536 where clusters stop at 8 (LayerNorm's): 8 x 512 x 16, 64 KiB of stages (plan.h) */
+        /* fp32 65536 where clusters stop at 8 (LayerNorm's; RMSNorm's only on a
+         * device without clusters of 16, not measured there): 8 x 512 x 16,
+         * 64 KiB of stages (plan.h) */
+        c = cl;
         tpr = 512;
     } else if (residual) { /* its other rows: no 512-thread CTA over 8 (measured unstaged: 131072 46.5) */
         return 0;
