@@ -114,6 +114,16 @@ __host__ __device__ constexpr bool bwd_lb_three256(int tpr, bool shift, bool exa
  * kernel: each thread stages its own vectors, and the next row's vector k
  * goes out as soon as this row's dx of vector k is written). Every other
  * tile: FN_STAGES, the next rows in flight while one is reduced. */
+/* ROLL's common call (fp32 262144 in 16 x 512 x 32): vectors of x and dy a
+ * thread keeps in registers from the sum pass to the dx pass, whose slots
+ * take the next row's before the exchange (the kernel's HEAD). 0: none, the
+ * kernel as before (off: not yet measured). A macro, so that a lab build
+ * can set it (-DCMAKE_CUDA_FLAGS=-DFN_BWD_ROLL_HEAD=1). ptxas (sm_90, 512
+ * threads, 128 registers at most): 1 vector, 128 registers without spills
+ * (the dbias form: 4 bytes); 2, spills of 16 and 20 bytes. */
+#ifndef FN_BWD_ROLL_HEAD
+#define FN_BWD_ROLL_HEAD 0
+#endif
 template <typename TX, int EPT> __host__ __device__ constexpr int bwd_stages()
 {
     return sizeof(TX) == 4 && EPT == 32 ? 1 : FN_STAGES;
@@ -239,6 +249,8 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
      * for the whole row) on each pass, and dresidual_out is refilled with x
      * and dy. */
     constexpr bool WGLOBAL = ROLL && RES;
+    /* HEAD's vectors held in registers (ROLL's common call; see the sum pass) */
+    constexpr int KH = ROLL && !RES ? FN_BWD_ROLL_HEAD : 0;
     const bool wcache = (PLAIN && !WGLOBAL) || (!PLAIN && p.wcache);
 
     float *wc = reinterpret_cast<float *>(dyn_smem + p.wcache_off);
@@ -576,21 +588,6 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
             if constexpr (LN) acc[1] += gv;
         };
 
-        float s[2] = {0.0f, 0.0f};
-        #pragma unroll
-        for (int k = 0; k < K; k++) {
-            float x[VEC], dy[VEC], w[VEC];
-            fetch(k, x, dy);
-            weight_of(k, w);
-            #pragma unroll
-            for (int j = 0; j < VEC; j++) sum_into(s, x[j], dy[j], w[j]);
-        }
-        if constexpr (ODD)
-            if (eok) sum_into(s, ex, edy, ew);
-        row_allreduce<LN ? 2 : 1, true, XCHG_SUM>(*reinterpret_cast<float(*)[LN ? 2 : 1]>(s), sm, buf, tpr, sub, C);
-        /* dx = rstd * (g - c2 - x_hat * c1) = g * rstd - x_hat * (c1 * rstd) - c2 * rstd */
-        const float c1r = s[0] * inv_n * rstd, c2r = LN ? s[1] * inv_n * rstd : 0.0f;
-        auto dx_of = [&](float xh, float dy, float w) { return fmaf(-xh, c1r, fmaf(dy * w, rstd, -c2r)); };
         /* ROLL: the next row's vector k (with k = 0 its statistics) into the
          * stage once this thread has read and written vector k of this row:
          * each thread stages and reads its own chunks, and its store of dx
@@ -611,6 +608,36 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
             if constexpr (RES) dres_vec(rn, 0, k);
         };
 
+        /* HEAD (ROLL's common call): the first KH vectors of x and dy stay in
+         * registers from the sum pass, and the next row's go into their
+         * slots before the exchange, so that some loads are in flight while
+         * the row's sums cross the cluster (ncu, session 36: each row waited
+         * on its whole stage, 27% of the stall samples). */
+        [[maybe_unused]] float xhd[KH > 0 ? KH : 1][VEC], dyhd[KH > 0 ? KH : 1][VEC];
+        float s[2] = {0.0f, 0.0f};
+        #pragma unroll
+        for (int k = 0; k < K; k++) {
+            float x[VEC], dy[VEC], w[VEC];
+            fetch(k, x, dy);
+            if (k < KH)
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) {
+                    xhd[k < KH ? k : 0][j] = x[j];
+                    dyhd[k < KH ? k : 0][j] = dy[j];
+                }
+            weight_of(k, w);
+            #pragma unroll
+            for (int j = 0; j < VEC; j++) sum_into(s, x[j], dy[j], w[j]);
+        }
+        if constexpr (KH > 0)
+            #pragma unroll
+            for (int k = 0; k < KH; k++) roll(k);
+        if constexpr (ODD)
+            if (eok) sum_into(s, ex, edy, ew);
+        row_allreduce<LN ? 2 : 1, true, XCHG_SUM>(*reinterpret_cast<float(*)[LN ? 2 : 1]>(s), sm, buf, tpr, sub, C);
+        /* dx = rstd * (g - c2 - x_hat * c1) = g * rstd - x_hat * (c1 * rstd) - c2 * rstd */
+        const float c1r = s[0] * inv_n * rstd, c2r = LN ? s[1] * inv_n * rstd : 0.0f;
+        auto dx_of = [&](float xh, float dy, float w) { return fmaf(-xh, c1r, fmaf(dy * w, rstd, -c2r)); };
         /* DROLL: this row's dresidual_out (the group before the next row's x and dy) */
         if constexpr (DROLL) cp_async_wait<1>();
         #pragma unroll
@@ -621,12 +648,21 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
                 if (has_dres_out) unstage_shifted<TX, VEC, K>(drst, k, nthr, tpr, drs, dres);
             }
             if (!(row_ok && col_ok[k])) {
-                if constexpr (ROLL) roll(k);
+                if constexpr (ROLL)
+                    if (k >= KH) roll(k);
                 if constexpr (DROLL) droll_vec(g + nclusters, k);
                 continue;
             }
             const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
-            if constexpr (!SHIFT) fetch(k, x, dy);
+            if (k < KH) {
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) {
+                    x[j] = xhd[k < KH ? k : 0][j];
+                    dy[j] = dyhd[k < KH ? k : 0][j];
+                }
+            } else if constexpr (!SHIFT) {
+                fetch(k, x, dy);
+            }
             weight_of(k, w);
             if constexpr (!SHIFT && RES) unstage_vector<TX, VEC>(sr + k * chr * nthr, nthr, dtype_of<TX>::value, dres);
             else if (!SHIFT && has_dres_out) load_dyn<TX, VEC>(p.dres_out, p.dt_dres_out, row * p.sdres_out + col, dres);
@@ -649,7 +685,8 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
             if constexpr (RES) {
                 if (has_dres) store_vec<TX, VEC>((TX *)p.dres, row * p.sdres + col, dx);
             } else if (has_dres) store_dyn<TX, VEC>(p.dres, p.dt_dres, row * p.sdres + col, dx);
-            if constexpr (ROLL) roll(k);
+            if constexpr (ROLL)
+                if (k >= KH) roll(k);
             if constexpr (DROLL) droll_vec(g + nclusters, k); /* its slot read into dres above */
         }
         if constexpr (ROLL || DROLL) cp_async_commit();
