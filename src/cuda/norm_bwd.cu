@@ -960,22 +960,28 @@ __global__ void __launch_bounds__(FN_COLUMNS_THREADS, sizeof(TX) == 2 ? 3 : 4) n
 
 /* ---- launchers ------------------------------------------------------------ */
 
-/* bwd_stages stages of x and dy (and dresidual_out: inputs = 3), 16-byte
- * chunks per thread (see the kernel). */
+/* One stage of x and dy (and dresidual_out: inputs = 3), 16-byte chunks
+ * per thread (see the kernel). */
+template <int VEC, int EPT> static size_t bwd_stage_chunk_bytes(int threads, int inputs)
+{
+    return (size_t)(EPT / VEC) * inputs * threads * 16;
+}
+
+/* bwd_stages such stages. */
 template <typename TX, int VEC, int EPT> static size_t bwd_stage_bytes(int threads, int inputs)
 {
-    return bwd_stages<TX, EPT>() * (size_t)(EPT / VEC) * inputs * threads * 16;
+    return bwd_stages<TX, EPT>() * bwd_stage_chunk_bytes<VEC, EPT>(threads, inputs);
 }
 
 /* After the stages: each thread's (rstd, mean) per stage (fn_bwd_wide_fits sizes the wide tile with it too). */
 static size_t bwd_stat_bytes(int threads, int stages = FN_STAGES) { return stages * (size_t)threads * 8; }
 
-/* One stage (ROLL, DROLL) of `inputs` inputs and its statistics: the fp32
- * 32-element tile's shared memory before any weight cache, which launch_rows
- * launches with and fn_bwd_wide_fits plans by (one formula for both). */
-template <typename TX, int VEC, int EPT> static size_t bwd_one_stage_bytes(int threads, int inputs)
+/* One stage (ROLL, DROLL) of `inputs` inputs and its statistics: the tile's
+ * shared memory before any weight cache, which launch_rows launches with and
+ * fn_bwd_wide_fits plans by (one formula for both). */
+template <int VEC, int EPT> static size_t bwd_one_stage_bytes(int threads, int inputs)
 {
-    return (size_t)(EPT / VEC) * inputs * threads * 16 + bwd_stat_bytes(threads, 1);
+    return bwd_stage_chunk_bytes<VEC, EPT>(threads, inputs) + bwd_stat_bytes(threads, 1);
 }
 
 /* The common call, for which the kernel drops its feature branches (PLAIN):
@@ -1211,7 +1217,7 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
          * session 33 (sass_check found it in that form), which
          * the shuffled slot in the kernel avoids; the 32-element tile keeps
          * exact tiles of 512 threads. */
-        const size_t droll = bwd_one_stage_bytes<TX, VEC, EPT>(threads, 3);
+        const size_t droll = bwd_one_stage_bytes<VEC, EPT>(threads, 3);
         const bool exact = p.cols == (int64_t)p.cluster * p.tpr * EPT;
         if (!res_plain && p.droll && p.cluster > 1 && p.rows_per_block == 1 &&
             (EPT <= 16 || (exact && p.tpr == 512 && threads == 512)) && bwd_is_plain_residual(p, dtype_of<TX>::value) &&
@@ -1246,7 +1252,7 @@ static cudaError_t launch_rows(const fn_bwd_params &p, int grid, int threads, cu
             case 1: return exact512(std::integral_constant<int, 1>{}, q, smem);
             case 2: return exact512(std::integral_constant<int, 2>{}, q, smem);
             }
-        const size_t roll3 = bwd_one_stage_bytes<TX, VEC, EPT>(threads, 3);
+        const size_t roll3 = bwd_one_stage_bytes<VEC, EPT>(threads, 3);
         if (exact && p.droll && bwd_is_plain_residual(p, dtype_of<TX>::value) && roll3 <= (size_t)p.smem_max) {
             fn_bwd_params r = p;
             r.wcache = 0;
@@ -1377,9 +1383,9 @@ extern "C" int fn_bwd_wide_fits(const fn_bwd_params *p)
          * residual's call one stage of x, dy and dresidual_out and the
          * statistics (196 KiB), the weight read from global memory, unless
          * FUSEDNORM_BWD_DROLL=0 (launch_rows) */
-        const size_t smem = fn::bwd_one_stage_bytes<float, 4, 32>(512, 2) + 512 * 32 * sizeof(float);
+        const size_t smem = fn::bwd_one_stage_bytes<4, 32>(512, 2) + 512 * 32 * sizeof(float);
         if (fn::bwd_plain_call(*p) != 0) return smem <= (size_t)p->smem_max;
-        const size_t res = fn::bwd_one_stage_bytes<float, 4, 32>(512, 3);
+        const size_t res = fn::bwd_one_stage_bytes<4, 32>(512, 3);
         return p->droll && fn::bwd_is_plain_residual(*p, FN_DT_F32) && res <= (size_t)p->smem_max;
     }
     const size_t stages = fn::bwd_stage_bytes<__half, 8, 32>(512, 2) + fn::bwd_stat_bytes(512);
