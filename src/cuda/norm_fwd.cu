@@ -1067,14 +1067,15 @@ static cudaError_t launch_plain(const fn_fwd_params &q, int grid, int threads, s
     return run_time_tpr();
 }
 
-/* Step 113: LAG also on LayerNorm's 16-bit 8 x 256 tile with a bias (65536,
- * two stages; launch_rows's ln256). 0: that tile keeps three stages without
- * LAG (main's plan); 1 gives it what FUSEDNORM_FWD_LAG=2 gives every
- * 256-thread tile. A macro, so that a lab build can set it
- * (-DCMAKE_CUDA_FLAGS=-DFN_FWD_LAG_LN256=1) until fwd_lag and racecheck have
- * run with it on a device. */
+/* Step 113: LAG also on LayerNorm's 16-bit exact tiles of 256 threads with a
+ * bias over 8 and 16 CTAs (65536, 131072; two stages: launch_rows's ln256),
+ * what FUSEDNORM_FWD_LAG=2 gives every 256-thread tile. H200, % of copy,
+ * three stages without LAG -> two with it: bf16 65536 89.4 -> 92.0, fp16
+ * 65536 89.7 -> 91.3, bf16 131072 82.2 -> 87.5 (the residual call, PLAIN_RES,
+ * unmoved: docs/perf.md session 38). 0: those tiles as before; a macro, so
+ * that a lab build can set it (-DCMAKE_CUDA_FLAGS=-DFN_FWD_LAG_LN256=0). */
 #ifndef FN_FWD_LAG_LN256
-#define FN_FWD_LAG_LN256 0
+#define FN_FWD_LAG_LN256 1
 #endif
 /* A PLAIN variant with the exchange in two halves (LAG): the exact 16-bit
  * tiles of one row a CTA of 256 or 512 threads over a cluster (launch_rows
@@ -1200,16 +1201,15 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
          * hides the wait (RMSNorm bf16 131072 94.0 -> 91.3), and LayerNorm's
          * three stages and cache leave no shared memory for the exchange's
          * buffers (65536 91.9 -> 71.8: one CTA an SM). LayerNorm's 16-bit
-         * 8 x 256 (65536) with LAG at two stages instead (ln_rule below
-         * yields to lag): 89.7 -> 92.0 in the lab (H200, the knob at 2),
-         * the rule FN_FWD_LAG_LN256 (off until its tests have run on a
-         * device). launch_lag compiles 256 threads for it and the lab. */
+         * 8 x 256 and 16 x 256 (65536, 131072) with LAG at two stages
+         * instead (ln_rule below yields to lag): see FN_FWD_LAG_LN256.
+         * launch_lag compiles 256 threads for them and the lab. */
         constexpr bool LAG_EPT = sizeof(TX) == 2 && EPT == 32;
         /* PRES under LAG: one row of the residual's chunks after the cache
          * (hold, see the kernel); 262144 in 16 x 512: 128 KiB of stages, 64
          * of weights and 32 held, within sm_90's 227 KiB */
         const size_t hold = (plain & PLAIN_RES) ? (size_t)(EPT / VEC) * threads * 16 : 0;
-        const bool ln256 = FN_FWD_LAG_LN256 && plain == 2 && q.cluster == 8;
+        const bool ln256 = FN_FWD_LAG_LN256 && plain == 2 && (q.cluster == 8 || q.cluster == 16);
         const bool lag = LAG_EPT && plain && p.lag > 0 && q.cluster > 1 && threads == q.tpr &&
                          (q.tpr == 512 || (q.tpr == 256 && (p.lag == 2 || ln256))) &&
                          q.cols == (int64_t)q.cluster * q.tpr * EPT;
