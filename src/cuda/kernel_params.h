@@ -41,7 +41,9 @@ typedef struct fn_fwd_params {
                                        * every cluster (0 and 2: lab knob FUSEDNORM_FWD_DEEP) */
     int lag;                          /* rows path: the PLAIN exact 16-bit tiles of 512 threads over a cluster
                                        * post row i + 1's sums before they wait for row i's (LAG): 1 (the
-                                       * default), 0 never, 2 the 256-thread tiles too (lab knob FUSEDNORM_FWD_LAG) */
+                                       * default; and LayerNorm's 256-thread tiles with a bias over 8 and 16
+                                       * CTAs, launch_rows' rule), 0 never, 2 every 256-thread tile too (lab
+                                       * knob FUSEDNORM_FWD_LAG) */
     int plain_res;                    /* rows path: the residual call of 16-bit rows over a cluster (x, the
                                        * residual, residual_out and y of one dtype) takes the PLAIN tiles
                                        * (PLAIN_RES): 1 (the default), 0 the general kernel (lab knob
