@@ -752,6 +752,19 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_stream(const fn_fwd_params p)
     }
 }
 
+/* The held kernel's LayerNorm y as (h - mean) * fma(w, rstd, w_off * rstd)
+ * + b: one FADD an element fewer than ((h - mean) * rstd) * (w + w_off) + b,
+ * one rounding fewer too. The kernel is issue bound on short rows (ncu,
+ * LayerNorm bf16 1024: 75% of issue slots busy, 24.6 thread instructions an
+ * element against RMSNorm's 16.1; docs/perf.md session 38). Measured only
+ * together with a change not kept (H200: LayerNorm bf16 1024 fwd 72.7 ->
+ * 73.9% of copy, 2048 81.0 -> 80.3), and its tests have not run alone: off
+ * (0: the kernel's SASS as before), for a lab build
+ * (-DCMAKE_CUDA_FLAGS=-DFN_FWD_HELD_LN_FMA=1). RMSNorm keeps its form: the
+ * extra register (w_off * rstd) spilled its 32-register forms (ptxas). */
+#ifndef FN_FWD_HELD_LN_FMA
+#define FN_FWD_HELD_LN_FMA 0
+#endif
 /* Rows held whole in registers (FN_PATH_HELD): the calls of norm_fwd_stream
  * (x, y, weight, bias and any residual stream of one dtype, 16-byte vectors)
  * on rows of 128 vectors up to the streamed ones (64 KiB; 32 KiB with the
@@ -964,6 +977,9 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
         }
         TX *yrow = (TX *)p.y + row * p.sy;
         uint4 *yv = (uint4 *)(yrow + hd);
+        /* FMA (see FN_FWD_HELD_LN_FMA): LayerNorm's scale as one fma */
+        constexpr bool FMA = LN && FN_FWD_HELD_LN_FMA;
+        [[maybe_unused]] const float rstd_off = rstd * p.w_off;
         #pragma unroll
         for (int u = 0; u < U; u++) {
             const int v = first + lane + u * tpr;
@@ -972,14 +988,22 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
             held(u, h);
             if constexpr (RES)
                 if (p.res_out) store_vec<TX, VEC>((TX *)p.res_out + row * p.sres_out + hd + (int64_t)v * VEC, 0, h);
-            #pragma unroll
-            for (int j = 0; j < VEC; j++) y[j] = (h[j] - mean) * rstd;
-            if (wv) {
+            if (FMA && wv) {
                 float w[VEC];
                 if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC, CL>((const TX *)p.w, v, hd, p.cols, l2_last), w);
                 else held_param<TX, VEC, W32, CL>(wv, v, w, l2_last);
                 #pragma unroll
-                for (int j = 0; j < VEC; j++) y[j] *= w[j] + p.w_off;
+                for (int j = 0; j < VEC; j++) y[j] = (h[j] - mean) * fmaf(w[j], rstd, rstd_off);
+            } else {
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) y[j] = (h[j] - mean) * rstd;
+                if (wv) {
+                    float w[VEC];
+                    if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC, CL>((const TX *)p.w, v, hd, p.cols, l2_last), w);
+                    else held_param<TX, VEC, W32, CL>(wv, v, w, l2_last);
+                    #pragma unroll
+                    for (int j = 0; j < VEC; j++) y[j] *= w[j] + p.w_off;
+                }
             }
             if (bv) {
                 float b[VEC];
@@ -994,7 +1018,8 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
             if constexpr (RES)
                 if (p.res_out) ((TX *)p.res_out)[row * p.sres_out + ec] = from_f32<TX>(he);
             float ye = (he - mean) * rstd;
-            if (wv) ye *= to_f32(((const TX *)p.w)[ec]) + p.w_off;
+            if (FMA && wv) ye = (he - mean) * fmaf(to_f32(((const TX *)p.w)[ec]), rstd, rstd_off);
+            else if (wv) ye *= to_f32(((const TX *)p.w)[ec]) + p.w_off;
             if (bv) ye += to_f32(((const TX *)p.b)[ec]);
             yrow[ec] = from_f32<TX>(ye);
         }
