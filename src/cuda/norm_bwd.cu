@@ -126,6 +126,21 @@ __host__ __device__ constexpr bool bwd_lb_three256(int tpr, bool shift, bool exa
 #ifndef FN_BWD_ROLL_HEAD
 #define FN_BWD_ROLL_HEAD 1
 #endif
+/* FOLD: rstd factored out of the per-element work. The sum pass adds
+ * (x - mean) * g (x * g for RMSNorm) and scales the row's sum by rstd once;
+ * the dx pass takes dyr = dy * rstd, so that
+ *   dx = dyr * w - (x - mean) * (c1 * rstd^2) - c2 * rstd,  dweight += dyr * (x - mean),
+ * and a row held in registers (HOLD's unpacked x) keeps x - mean from the sum
+ * pass. Per element (fp32 instructions, both passes): LayerNorm 12 -> 9,
+ * RMSNorm 8 -> 6. The same roundings in another order: no cancellation is
+ * added (x - mean is still formed before any product). H100, % of copy:
+ * LayerNorm bf16 256 46.4 -> 47.1, 4096 87.5 -> 87.8, 8192 91.5 -> 91.9,
+ * RMSNorm even (docs/perf.md session 39). 0 (the default): the form
+ * before, until an H200 run shows a gain; a lab build sets it
+ * (-DCMAKE_CUDA_FLAGS=-DFN_BWD_FOLD=1). */
+#ifndef FN_BWD_FOLD
+#define FN_BWD_FOLD 0
+#endif
 template <typename TX, int EPT> __host__ __device__ constexpr int bwd_stages()
 {
     return sizeof(TX) == 4 && EPT == 32 ? 1 : FN_STAGES;
@@ -254,6 +269,12 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
     /* HEAD's vectors held in registers (ROLL's common call; see the sum pass) */
     constexpr int KH = ROLL && !RES ? FN_BWD_ROLL_HEAD : 0;
     const bool wcache = (PLAIN && !WGLOBAL) || (!PLAIN && p.wcache);
+    /* FOLD (FN_BWD_FOLD) but in the ODD tiles (fp16 LayerNorm's spilled 4
+     * bytes with it), the 32-element tiles of 512 threads (H100: LayerNorm
+     * bf16 262144 94.5 -> 93.4% of copy; the residual call's DROLL form
+     * spilled 48 bytes in fp16) and the general 32-element kernel, which
+     * tests hold bit for bit against DROLL's (bwd_res_droll_wide) */
+    constexpr bool FOLD = FN_BWD_FOLD && !ODD && !(EPT == 32 && (TPR == 512 || !PLAIN));
 
     float *wc = reinterpret_cast<float *>(dyn_smem + p.wcache_off);
 
@@ -583,12 +604,19 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
         }
         /* x_hat = (x - mean) * rstd; for RMSNorm x * rstd. */
         auto xhat = [&](float x) { return LN ? (x - mean) * rstd : x * rstd; };
-        /* One element's share of the row sums: x_hat * g and g, g = dy * w. */
+        /* FOLD: x centred (LayerNorm; RMSNorm's x as it is) */
+        auto xcen = [&](float x) { return LN ? x - mean : x; };
+        /* One element's share of the row sums: x_hat * g and g, g = dy * w
+         * (FOLD: (x - mean) * g, scaled by rstd after the reduction). */
         auto sum_into = [&](float (&acc)[2], float x, float dy, float w) {
             const float gv = dy * w;
-            acc[0] = fmaf(xhat(x), gv, acc[0]);
+            acc[0] = fmaf(FOLD ? xcen(x) : xhat(x), gv, acc[0]);
             if constexpr (LN) acc[1] += gv;
         };
+        /* FOLD: x and dy read from registers (HOLD's unpacked row, or loaded
+         * without the pipeline): the sum pass leaves x - mean there for the
+         * dx pass. */
+        constexpr bool XREG = FOLD && !PACK && !(PIPE && !HOLD);
 
         /* ROLL: the next row's vector k (with k = 0 its statistics) into the
          * stage once this thread has read and written vector k of this row:
@@ -621,6 +649,9 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
         for (int k = 0; k < K; k++) {
             float x[VEC], dy[VEC], w[VEC];
             fetch(k, x, dy);
+            if constexpr (XREG && LN)
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) xr[k][j] = x[j] = x[j] - mean; /* sum_into's xcen: no-op below */
             if (k < KH)
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) {
@@ -629,7 +660,10 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
                 }
             weight_of(k, w);
             #pragma unroll
-            for (int j = 0; j < VEC; j++) sum_into(s, x[j], dy[j], w[j]);
+            for (int j = 0; j < VEC; j++) {
+                if constexpr (XREG && LN) s[0] = fmaf(x[j], dy[j] * w[j], s[0]), s[1] += dy[j] * w[j];
+                else sum_into(s, x[j], dy[j], w[j]);
+            }
         }
         if constexpr (KH > 0)
             #pragma unroll
@@ -637,9 +671,18 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
         if constexpr (ODD)
             if (eok) sum_into(s, ex, edy, ew);
         row_allreduce<LN ? 2 : 1, true, XCHG_SUM>(*reinterpret_cast<float(*)[LN ? 2 : 1]>(s), sm, buf, tpr, sub, C);
-        /* dx = rstd * (g - c2 - x_hat * c1) = g * rstd - x_hat * (c1 * rstd) - c2 * rstd */
+        /* dx = rstd * (g - c2 - x_hat * c1) = g * rstd - x_hat * (c1 * rstd) - c2 * rstd
+         * (FOLD: s[0] is sum((x - mean) * g), c1 = s[0] * rstd / N; the
+         * element's (x - mean) takes c1 * rstd^2 = c1rr) */
         const float c1r = s[0] * inv_n * rstd, c2r = LN ? s[1] * inv_n * rstd : 0.0f;
+        const float c1rr = c1r * rstd * rstd;
         auto dx_of = [&](float xh, float dy, float w) { return fmaf(-xh, c1r, fmaf(dy * w, rstd, -c2r)); };
+        /* FOLD: dx and dweight's term of one element from x - mean (xc) and dy */
+        auto fold_of = [&](float xc, float dy, float w, float &dwacc) {
+            const float dyr = dy * rstd;
+            dwacc = fmaf(dyr, xc, dwacc);
+            return fmaf(dyr, w, fmaf(-xc, c1rr, -c2r));
+        };
         /* DROLL: this row's dresidual_out (the group before the next row's x and dy) */
         if constexpr (DROLL) cp_async_wait<1>();
         #pragma unroll
@@ -670,11 +713,16 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
             else if (!SHIFT && has_dres_out) load_dyn<TX, VEC>(p.dres_out, p.dt_dres_out, row * p.sdres_out + col, dres);
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
-                const float xh = xhat(x[j]);
-                float v = dx_of(xh, dy[j], w[j]);
+                float v, xh = 0.0f;
+                if constexpr (FOLD) {
+                    v = fold_of(XREG ? x[j] : xcen(x[j]), dy[j], w[j], dw[k][j]); /* XREG: centred above */
+                } else {
+                    xh = xhat(x[j]);
+                    v = dx_of(xh, dy[j], w[j]);
+                }
                 if (has_dres_out) v += dres[j];
                 dx[j] = v;
-                dw[k][j] = fmaf(dy[j], xh, dw[k][j]);
+                if constexpr (!FOLD) dw[k][j] = fmaf(dy[j], xh, dw[k][j]);
             }
             if (want_b)
                 #pragma unroll
@@ -695,13 +743,13 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
         if constexpr (ODD)
             if (eok) {
                 const float xh = xhat(ex);
-                float v = dx_of(xh, edy, ew);
+                float v = FOLD ? fold_of(xcen(ex), edy, ew, edw) : dx_of(xh, edy, ew);
                 if constexpr (RES) v += edr;
                 const TX o = from_f32<TX>(v);
                 ((TX *)p.dx)[row * p.sdx + ecol] = o;
                 if constexpr (RES)
                     if (has_dres) ((TX *)p.dres)[row * p.sdres + ecol] = o;
-                edw = fmaf(edy, xh, edw);
+                if constexpr (!FOLD) edw = fmaf(edy, xh, edw);
                 if (want_b) edb += edy;
             }
         if constexpr (SHIFT) {
