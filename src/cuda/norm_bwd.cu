@@ -606,12 +606,16 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
         auto xhat = [&](float x) { return LN ? (x - mean) * rstd : x * rstd; };
         /* FOLD: x centred (LayerNorm; RMSNorm's x as it is) */
         auto xcen = [&](float x) { return LN ? x - mean : x; };
-        /* One element's share of the row sums: x_hat * g and g, g = dy * w
-         * (FOLD: (x - mean) * g, scaled by rstd after the reduction). */
+        /* One element's share of the row sums: xs * g and g, g = dy * w, with
+         * xs its x_hat (FOLD: x - mean, the sum scaled by rstd after the
+         * reduction) */
+        auto sum_g = [&](float (&acc)[2], float xs, float gv) {
+            acc[0] = fmaf(xs, gv, acc[0]);
+            if constexpr (LN) acc[1] += gv;
+        };
         auto sum_into = [&](float (&acc)[2], float x, float dy, float w) {
             const float gv = dy * w;
-            acc[0] = fmaf(FOLD ? xcen(x) : xhat(x), gv, acc[0]);
-            if constexpr (LN) acc[1] += gv;
+            sum_g(acc, FOLD ? xcen(x) : xhat(x), gv);
         };
         /* FOLD: x and dy read from registers (HOLD's unpacked row, or loaded
          * without the pipeline): the sum pass leaves x - mean there for the
@@ -651,7 +655,7 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
             fetch(k, x, dy);
             if constexpr (XREG && LN)
                 #pragma unroll
-                for (int j = 0; j < VEC; j++) xr[k][j] = x[j] = x[j] - mean; /* sum_into's xcen: no-op below */
+                for (int j = 0; j < VEC; j++) xr[k][j] = x[j] = xcen(x[j]); /* centred once, for both passes */
             if (k < KH)
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) {
@@ -661,7 +665,7 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
             weight_of(k, w);
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
-                if constexpr (XREG && LN) s[0] = fmaf(x[j], dy[j] * w[j], s[0]), s[1] += dy[j] * w[j];
+                if constexpr (XREG && LN) sum_g(s, x[j], dy[j] * w[j]); /* x centred above */
                 else sum_into(s, x[j], dy[j], w[j]);
             }
         }
@@ -713,7 +717,8 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
             else if (!SHIFT && has_dres_out) load_dyn<TX, VEC>(p.dres_out, p.dt_dres_out, row * p.sdres_out + col, dres);
             #pragma unroll
             for (int j = 0; j < VEC; j++) {
-                float v, xh = 0.0f;
+                float v;
+                [[maybe_unused]] float xh = 0.0f; /* !FOLD: dweight's term below */
                 if constexpr (FOLD) {
                     v = fold_of(XREG ? x[j] : xcen(x[j]), dy[j], w[j], dw[k][j]); /* XREG: centred above */
                 } else {
@@ -743,13 +748,13 @@ __global__ void __launch_bounds__(bwd_lb_three(TPR, SHIFT) ? 192 : bwd_lb_three2
         if constexpr (ODD)
             if (eok) {
                 const float xh = xhat(ex);
-                float v = FOLD ? fold_of(xcen(ex), edy, ew, edw) : dx_of(xh, edy, ew);
+                float v = dx_of(xh, edy, ew);
                 if constexpr (RES) v += edr;
                 const TX o = from_f32<TX>(v);
                 ((TX *)p.dx)[row * p.sdx + ecol] = o;
                 if constexpr (RES)
                     if (has_dres) ((TX *)p.dres)[row * p.sdres + ecol] = o;
-                if constexpr (!FOLD) edw = fmaf(edy, xh, edw);
+                edw = fmaf(edy, xh, edw);
                 if (want_b) edb += edy;
             }
         if constexpr (SHIFT) {
