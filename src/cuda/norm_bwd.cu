@@ -133,13 +133,15 @@ __host__ __device__ constexpr bool bwd_lb_three256(int tpr, bool shift, bool exa
  * and a row held in registers (HOLD's unpacked x) keeps x - mean from the sum
  * pass. Per element (fp32 instructions, both passes): LayerNorm 12 -> 9,
  * RMSNorm 8 -> 6. The same roundings in another order: no cancellation is
- * added (x - mean is still formed before any product). H100, % of copy:
- * LayerNorm bf16 256 46.4 -> 47.1, 4096 87.5 -> 87.8, 8192 91.5 -> 91.9,
- * RMSNorm even (docs/perf.md session 39). 0 (the default): the form
- * before, until an H200 run shows a gain; a lab build sets it
- * (-DCMAKE_CUDA_FLAGS=-DFN_BWD_FOLD=1). */
+ * added (x - mean is still formed before any product). Not in the
+ * 512-thread 32-element tiles (LayerNorm bf16 262144 lost a point) nor the
+ * general 32-element kernel (bit for bit against DROLL's tile). H100, % of
+ * copy, the two rounds' mean (docs/perf.md session 40): LayerNorm bf16 256
+ * 46.1 -> 46.5, 4096 88.0 -> 88.5, 8192 93.0 -> 93.4, 262144 95.6 -> 95.7,
+ * RMSNorm and fp32 even; no H200 run yet. 0: the form before (a lab build:
+ * -DCMAKE_CUDA_FLAGS=-DFN_BWD_FOLD=0). */
 #ifndef FN_BWD_FOLD
-#define FN_BWD_FOLD 0
+#define FN_BWD_FOLD 1
 #endif
 template <typename TX, int EPT> __host__ __device__ constexpr int bwd_stages()
 {

@@ -851,7 +851,40 @@ __device__ __forceinline__ uint4 held_param_shifted(const TX *w, int k, int sh, 
     return shift_bytes(a, b, sh * (int)sizeof(TX));
 }
 
-template <typename TX, int VEC, bool LN, bool RES, bool W32, int U, int MINB, bool CL = false, bool ODD = false>
+/* The held kernel's h unpacked once and kept in fp32 (KEEP in the kernel):
+ * 16-bit x, U = 4, rows of one CTA (1024 and 2048 columns): 32 registers
+ * of floats for the 16 of raw vectors (ptxas, sm_90, bf16: LayerNorm 40 ->
+ * 60 registers, 1024 resident threads where 1536 were; RMSNorm 40; the
+ * residual's 60-64 as before; with SMW below LayerNorm 64, RMSNorm 56).
+ * 0: the kernel before (a lab build: -DCMAKE_CUDA_FLAGS=-DFN_FWD_HELD_KEEP=0). */
+#ifndef FN_FWD_HELD_KEEP
+#define FN_FWD_HELD_KEEP 1
+#endif
+template <typename TX, int U, bool CL, bool ODD>
+__host__ __device__ constexpr bool held_keeps()
+{
+    return FN_FWD_HELD_KEEP && sizeof(TX) == 2 && U == 4 && !CL && !ODD;
+}
+
+/* SMW (FN_FWD_HELD_SMEM_W, with KEEP): the weight (plus weight_offset) and
+ * the bias as fp32 in shared memory, filled once a CTA, instead of read
+ * from L1 and unpacked for each of its rows (the same bits: w + w_off is
+ * the sum the row formed). Component c of vector v of the weight at float4
+ * c * nv + v, the bias after it (a warp's lanes read consecutive float4s).
+ * Rows of one CTA whose parameters fit FN_FWD_HELD_SMEM_W_MAX bytes.
+ * KEEP and SMW together, H100, % of copy, two rounds' mean (docs/perf.md
+ * session 40): LayerNorm bf16 1024 fwd 81.9 -> 84.7, 2048 91.1 -> 92.6,
+ * fp16 1024 82.1 -> 84.7, + residual 1024 91.7 -> 93.4, RMSNorm bf16 1024
+ * 86.0 -> 87.9, 2048 93.0 -> 94.3; KEEP alone 0 to +0.6. ncu (LayerNorm
+ * bf16 1024): 24.6 -> 22.4 thread instructions an element (the unpack's
+ * LOP3 and SHF halved, two FADDs an element fewer). 0: off. */
+#ifndef FN_FWD_HELD_SMEM_W
+#define FN_FWD_HELD_SMEM_W 1
+#endif
+#define FN_FWD_HELD_SMEM_W_MAX (32 * 1024)
+
+template <typename TX, int VEC, bool LN, bool RES, bool W32, int U, int MINB, bool CL = false, bool ODD = false,
+          bool SMW = false>
 __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p)
 {
     static_assert(VEC * sizeof(TX) == 16, "one 16-byte vector");
@@ -871,7 +904,16 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
      * CTA); the weight and bias of a body vector from two aligned vectors,
      * shifted (held_param_shifted). */
     static_assert(!(ODD && W32), "ODD rows: weights of dtype TX");
+    /* KEEP (FN_FWD_HELD_KEEP): the row's h in fp32 registers from the loads
+     * on (unpacked once, not at each of the two or three passes); CENTRE:
+     * LayerNorm keeps h - mean from its second pass for y (not with the
+     * residual: residual_out is h) */
+    constexpr bool KEEP = held_keeps<TX, U, CL, ODD>();
+    constexpr bool CENTRE = KEEP && LN && !RES;
+    static_assert(!SMW || (KEEP && !(LN && FN_FWD_HELD_LN_FMA)), "SMW: with KEEP, not the FMA form");
     __shared__ RowReduceSmem sm;
+    extern __shared__ __align__(16) unsigned char dyn_smem[]; /* SMW's parameters */
+    [[maybe_unused]] bool filled = false;
     [[maybe_unused]] __shared__ MeanM2 cl_slot[2];
     int buf = 0;
     [[maybe_unused]] int cl_buf = 0;
@@ -904,6 +946,37 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
             if constexpr (RES)
                 rraw[u] = rv && row_ok && v < nb ? held_load<FN_L1_DROP, CL>(rv + v, l2_last) : make_uint4(0, 0, 0, 0);
         }
+        if (SMW && !filled) { /* the CTA's parameters, once (x of its first rows in flight) */
+            float4 *psm = (float4 *)dyn_smem;
+            const int boff = wv ? VEC / 4 : 0;
+            for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+                float t[VEC];
+                if (wv) {
+                    held_param<TX, VEC, W32, CL>(wv, i, t, l2_last);
+                    #pragma unroll
+                    for (int c = 0; c < VEC / 4; c++)
+                        psm[c * nv + i] = make_float4(t[4 * c] + p.w_off, t[4 * c + 1] + p.w_off,
+                                                      t[4 * c + 2] + p.w_off, t[4 * c + 3] + p.w_off);
+                }
+                if (bv) {
+                    held_param<TX, VEC, W32, CL>(bv, i, t, l2_last);
+                    #pragma unroll
+                    for (int c = 0; c < VEC / 4; c++)
+                        psm[(boff + c) * nv + i] = make_float4(t[4 * c], t[4 * c + 1], t[4 * c + 2], t[4 * c + 3]);
+                }
+            }
+            __syncthreads();
+            filled = true;
+        }
+        /* vector v of the shared weight (k 0) or bias (k 1) */
+        [[maybe_unused]] auto smem_param = [&](int k, int v, float (&t)[VEC]) {
+            const float4 *psm = (const float4 *)dyn_smem + (k && wv ? VEC / 4 : 0) * nv;
+            #pragma unroll
+            for (int c = 0; c < VEC / 4; c++) {
+                const float4 f = psm[c * nv + v];
+                t[4 * c] = f.x, t[4 * c + 1] = f.y, t[4 * c + 2] = f.z, t[4 * c + 3] = f.w;
+            }
+        };
         /* ODD: this lane's head or tail element (column ec), h in fp32 */
         [[maybe_unused]] int64_t ec = 0;
         [[maybe_unused]] float he = 0.0f;
@@ -915,14 +988,29 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
                 if (RES && p.res) he += to_f32(((const TX *)p.res)[row * p.sres + ec]);
             }
         }
-        /* h of vector u in fp32 */
-        auto held = [&](int u, float (&h)[VEC]) {
+        /* h of vector u in fp32, from the raw vectors */
+        auto held_raw = [&](int u, float (&h)[VEC]) {
             unpack_raw<TX, VEC>(raw[u], h);
             if constexpr (RES) {
                 float r[VEC];
                 unpack_raw<TX, VEC>(rraw[u], r);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) h[j] += r[j];
+            }
+        };
+        /* KEEP: h formed once, the raw vectors dead after it; LayerNorm's
+         * centring pass leaves h - mean there */
+        [[maybe_unused]] float hk[KEEP ? U : 1][VEC];
+        if constexpr (KEEP) {
+            #pragma unroll
+            for (int u = 0; u < U; u++) held_raw(u, hk[u]);
+        }
+        auto held = [&](int u, float (&h)[VEC]) {
+            if constexpr (KEEP) {
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) h[j] = hk[u][j];
+            } else {
+                held_raw(u, h);
             }
         };
         /* LayerNorm over a cluster: each CTA's exact two-pass statistics of
@@ -958,6 +1046,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
             for (int j = 0; j < VEC; j++) {
                 const float d = h[j] - mean;
                 q[0] += d * d;
+                if constexpr (CENTRE) hk[u][j] = d;
             }
         }
         if (edge) q[0] += (he - mean) * (he - mean);
@@ -994,21 +1083,28 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
                 if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC, CL>((const TX *)p.w, v, hd, p.cols, l2_last), w);
                 else held_param<TX, VEC, W32, CL>(wv, v, w, l2_last);
                 #pragma unroll
-                for (int j = 0; j < VEC; j++) y[j] = (h[j] - mean) * fmaf(w[j], rstd, rstd_off);
+                for (int j = 0; j < VEC; j++) y[j] = (CENTRE ? h[j] : h[j] - mean) * fmaf(w[j], rstd, rstd_off);
             } else {
                 #pragma unroll
-                for (int j = 0; j < VEC; j++) y[j] = (h[j] - mean) * rstd;
+                for (int j = 0; j < VEC; j++) y[j] = (CENTRE ? h[j] : h[j] - mean) * rstd;
                 if (wv) {
                     float w[VEC];
-                    if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC, CL>((const TX *)p.w, v, hd, p.cols, l2_last), w);
-                    else held_param<TX, VEC, W32, CL>(wv, v, w, l2_last);
-                    #pragma unroll
-                    for (int j = 0; j < VEC; j++) y[j] *= w[j] + p.w_off;
+                    if constexpr (SMW) {
+                        smem_param(0, v, w); /* w + w_off */
+                        #pragma unroll
+                        for (int j = 0; j < VEC; j++) y[j] *= w[j];
+                    } else {
+                        if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC, CL>((const TX *)p.w, v, hd, p.cols, l2_last), w);
+                        else held_param<TX, VEC, W32, CL>(wv, v, w, l2_last);
+                        #pragma unroll
+                        for (int j = 0; j < VEC; j++) y[j] *= w[j] + p.w_off;
+                    }
                 }
             }
             if (bv) {
                 float b[VEC];
-                if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC, CL>((const TX *)p.b, v, hd, p.cols, l2_last), b);
+                if (SMW) smem_param(1, v, b);
+                else if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC, CL>((const TX *)p.b, v, hd, p.cols, l2_last), b);
                 else held_param<TX, VEC, W32, CL>(bv, v, b, l2_last);
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) y[j] += b[j];
@@ -1422,7 +1518,16 @@ static cudaError_t held_launch(const fn_fwd_params &p, int u, int grid, int thre
     }
     switch (u) {
     case 2: norm_fwd_held<TX, VEC, LN, RES, W32, 2, RES ? 3 : 4><<<grid, threads, 0, s>>>(p); break;
-    case 4: norm_fwd_held<TX, VEC, LN, RES, W32, 4, RES ? 2 : 3><<<grid, threads, 0, s>>>(p); break;
+    case 4:
+        if constexpr (FN_FWD_HELD_SMEM_W && !(LN && FN_FWD_HELD_LN_FMA) && held_keeps<TX, 4, false, false>()) {
+            const size_t smem = (size_t)p.cols * sizeof(float) * ((p.w ? 1 : 0) + (p.b ? 1 : 0));
+            if (smem && smem <= FN_FWD_HELD_SMEM_W_MAX) {
+                norm_fwd_held<TX, VEC, LN, RES, W32, 4, 2, false, false, true><<<grid, threads, smem, s>>>(p);
+                break;
+            }
+        }
+        norm_fwd_held<TX, VEC, LN, RES, W32, 4, RES || held_keeps<TX, 4, false, false>() ? 2 : 3><<<grid, threads, 0, s>>>(p);
+        break;
     case 8:
         if constexpr (RES) return cudaErrorInvalidValue; /* 128 registers of raw vectors */
         else norm_fwd_held<TX, VEC, LN, RES, W32, 8, 2><<<grid, threads, 0, s>>>(p);
