@@ -449,13 +449,15 @@ __device__ __forceinline__ void xchg_wait(unsigned bar, unsigned parity)
  * exchange's sum as a loop, for kernels compiled with the exchange that never
  * launch over a cluster, where the unrolled sum's code alone cost spills (the
  * backward's 80-register LayerNorm tiles of several rows a CTA: 68 bytes). */
-template <int NV, bool XCHG = false, bool XCHG_UNROLLED = true>
+template <int NV, bool XCHG = false, bool XCHG_UNROLLED = true, bool WARP32 = false>
 __device__ __forceinline__ void row_allreduce(float (&v)[NV], RowReduceSmem &sm, int &buf, int tpr, int sub,
                                               int cluster_size)
 {
     static_assert(!XCHG || NV <= 2, "the exchange's slots hold 2 values");
     const int b = buf & 1;
-    if (tpr <= 32) {
+    if (WARP32 && tpr == 32) {
+        lanes_sum(v, 32); /* WARP32: a warp a row's tree unrolled (the same adds in the same order) */
+    } else if (tpr <= 32) {
         lanes_sum(v, tpr);
     } else {
         lanes_sum(v, 32);

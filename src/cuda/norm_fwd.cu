@@ -881,6 +881,18 @@ __host__ __device__ constexpr bool held_keeps()
 #ifndef FN_FWD_HELD_SMEM_W
 #define FN_FWD_HELD_SMEM_W 1
 #endif
+/* TIGHT (lab, never run on a GPU): with SMW and without the residual,
+ * y = fma(t, w, b) (t = (h - mean) * rstd; one rounding fewer than t * w + b,
+ * which a branch on the bias kept apart: ncu, LayerNorm bf16 1024, FMUL 2.1
+ * and FADD 3.5 an element), and a warp a row's two trees unrolled
+ * (row_allreduce's WARP32: the loop over a run-time width, its SHF, ISETP and
+ * BRA, cost about 30 instructions a row and thread at 1024). ptxas (sm_90):
+ * LayerNorm's 16-bit SMW forms 63-64 registers with 4 bytes of spill (none
+ * at 0); with the residual 8-24 bytes, hence not there. 0: the kernel as
+ * before (the PTX identical). */
+#ifndef FN_FWD_HELD_TIGHT
+#define FN_FWD_HELD_TIGHT 0
+#endif
 #define FN_FWD_HELD_SMEM_W_MAX (32 * 1024)
 
 template <typename TX, int VEC, bool LN, bool RES, bool W32, int U, int MINB, bool CL = false, bool ODD = false,
@@ -911,6 +923,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
     constexpr bool KEEP = held_keeps<TX, U, CL, ODD>();
     constexpr bool CENTRE = KEEP && LN && !RES;
     static_assert(!SMW || (KEEP && !(LN && FN_FWD_HELD_LN_FMA)), "SMW: with KEEP, not the FMA form");
+    constexpr bool TIGHT = SMW && FN_FWD_HELD_TIGHT && !RES;
     __shared__ RowReduceSmem sm;
     extern __shared__ __align__(16) unsigned char dyn_smem[]; /* SMW's parameters */
     [[maybe_unused]] bool filled = false;
@@ -1033,7 +1046,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
                 for (int j = 0; j < VEC; j++) s[0] += h[j];
             }
             if constexpr (ODD) s[0] += he;
-            row_allreduce<1>(s, sm, buf, tpr, sub, 1);
+            row_allreduce<1, false, true, TIGHT>(s, sm, buf, tpr, sub, 1);
             mean = s[0] / n_here;
         }
         float q[1] = {0.0f};
@@ -1050,7 +1063,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
             }
         }
         if (edge) q[0] += (he - mean) * (he - mean);
-        row_allreduce<1>(q, sm, buf, tpr, sub, LN ? 1 : C);
+        row_allreduce<1, false, true, TIGHT>(q, sm, buf, tpr, sub, LN ? 1 : C);
         if constexpr (LN && CL) {
             const MeanM2 m = cluster_merge({n_here, mean, q[0]}, cl_slot, cl_buf, C);
             mean = m.mean;
@@ -1078,7 +1091,13 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
             held(u, h);
             if constexpr (RES)
                 if (p.res_out) store_vec<TX, VEC>((TX *)p.res_out + row * p.sres_out + hd + (int64_t)v * VEC, 0, h);
-            if (FMA && wv) {
+            if (TIGHT && wv && bv) {
+                float w[VEC], b[VEC];
+                smem_param(0, v, w); /* w + w_off */
+                smem_param(1, v, b);
+                #pragma unroll
+                for (int j = 0; j < VEC; j++) y[j] = fmaf((CENTRE ? h[j] : h[j] - mean) * rstd, w[j], b[j]);
+            } else if (FMA && wv) {
                 float w[VEC];
                 if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC, CL>((const TX *)p.w, v, hd, p.cols, l2_last), w);
                 else held_param<TX, VEC, W32, CL>(wv, v, w, l2_last);
@@ -1101,7 +1120,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
                     }
                 }
             }
-            if (bv) {
+            if (bv && !(TIGHT && wv)) {
                 float b[VEC];
                 if (SMW) smem_param(1, v, b);
                 else if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC, CL>((const TX *)p.b, v, hd, p.cols, l2_last), b);
