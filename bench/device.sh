@@ -85,6 +85,14 @@ if has tests; then
   echo "fusednorm check --backend cuda, grids capped at 2: exit $? ($(tail -1 "$OUT/check_cuda_capped.log"))" |
     tee -a "$SUMMARY"
   grep FAIL "$OUT/check_cuda_capped.log" | head -20
+  # The held forward's rows of one CTA (8 a CTA at 1024, 4 at 1536 and 2048):
+  # 40 rows over 2 CTAs, so that each walks several row groups on the weight
+  # and bias its shared memory took once (SMW, norm_fwd.cu).
+  FUSEDNORM_GRID_CAP=2 "$FN" check --backend cuda --cols 1024,1536,2048 --rows 40 --quiet \
+    >"$OUT/check_cuda_capped_held.log" 2>&1
+  echo "fusednorm check --backend cuda, held rows, grids capped at 2: exit $? ($(tail -1 "$OUT/check_cuda_capped_held.log"))" |
+    tee -a "$SUMMARY"
+  grep FAIL "$OUT/check_cuda_capped_held.log" | head -20
   # The backward's ODD tile rounds a capped grid up to the rows' period (8
   # clusters for 16-bit odd N): 20 rows, so that each walks 2-3 rows of one offset.
   # 40001 and 65537: the 32-element ODD tile over 4 CTAs (16-bit), and the
