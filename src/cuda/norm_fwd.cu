@@ -777,7 +777,9 @@ __global__ void __launch_bounds__(512, 2) norm_fwd_stream(const fn_fwd_params p)
  * reductions (docs/perf.md, step 48). LayerNorm reduces the held values twice
  * (the mean, then the centred squares: exact two-pass statistics). The weight
  * and bias (of x's dtype, or fp32 with 16-bit x) are re-read for each row,
- * from L1 (evict_last; x is read once, evict_first). Rows of one CTA read x
+ * from L1 (evict_last; x is read once, evict_first), but where SMW (below)
+ * puts them in shared memory once a CTA (16-bit x, U = 4: 1024 and 2048
+ * columns, whose h KEEP holds in fp32, 56-64 registers). Rows of one CTA read x
  * and the weight with the L2 policy evict_last (5-8% faster from N = 2048,
  * step 57); a cluster's rows read them without it (2-4% slower with it). */
 /* A 16-byte vector of x (or the residual, the weight, the bias) with L1
@@ -1504,7 +1506,8 @@ static cudaError_t two_pass_entry(const fn_fwd_params &p, int grid, int threads,
 /* U raw vectors per thread: 2 (lab only), 4 or 8 (the planner's; 4 with
  * the residual). Bounded for 2048 / 1536 / 1024 resident threads (32 / 40 /
  * 64 registers; with the residual 1536 / 1024: 40 / 54-64), no spills on
- * sm_90. */
+ * sm_90; KEEP's U = 4 (16-bit) for 1024 (64 registers), with SMW's shared
+ * weight and bias where they fit FN_FWD_HELD_SMEM_W_MAX. */
 template <typename TX, bool LN, bool RES, bool W32>
 static cudaError_t held_launch(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s)
 {
