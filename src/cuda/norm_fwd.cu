@@ -883,15 +883,15 @@ __host__ __device__ constexpr bool held_keeps()
 #ifndef FN_FWD_HELD_SMEM_W
 #define FN_FWD_HELD_SMEM_W 1
 #endif
-/* TIGHT (lab, never run on a GPU): with SMW and without the residual,
- * y = fma(t, w, b) (t = (h - mean) * rstd; one rounding fewer than t * w + b,
- * which a branch on the bias kept apart: ncu, LayerNorm bf16 1024, FMUL 2.1
- * and FADD 3.5 an element), and a warp a row's two trees unrolled
- * (row_allreduce's WARP32: the loop over a run-time width, its SHF, ISETP and
- * BRA, cost about 30 instructions a row and thread at 1024). ptxas (sm_90):
- * LayerNorm's 16-bit SMW forms 63-64 registers with 4 bytes of spill (none
- * at 0); with the residual 8-24 bytes, hence not there. 0: the kernel as
- * before (the PTX identical). */
+/* TIGHT (lab, never run on a GPU), with SMW and without the residual: 1, a
+ * warp a row's two trees unrolled (row_allreduce's WARP32: the loop over a
+ * run-time width, its SHF, ISETP and BRA, cost about 30 instructions a row
+ * and thread at 1024); 2, also y = fma(t, w, b) (t = (h - mean) * rstd; one
+ * rounding fewer than t * w + b, which a branch on the bias kept apart: ncu,
+ * LayerNorm bf16 1024, FMUL 2.1 and FADD 3.5 an element). ptxas (sm_90): at
+ * 1 every form's registers as at 0, no spills; at 2 LayerNorm's 16-bit SMW
+ * forms spill 4 bytes (w and b live together; the residual's 8-24 bytes,
+ * hence not there). 0: the kernel as before (the PTX identical). */
 #ifndef FN_FWD_HELD_TIGHT
 #define FN_FWD_HELD_TIGHT 0
 #endif
@@ -925,7 +925,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
     constexpr bool KEEP = held_keeps<TX, U, CL, ODD>();
     constexpr bool CENTRE = KEEP && LN && !RES;
     static_assert(!SMW || (KEEP && !(LN && FN_FWD_HELD_LN_FMA)), "SMW: with KEEP, not the FMA form");
-    constexpr bool TIGHT = SMW && FN_FWD_HELD_TIGHT && !RES;
+    constexpr bool TIGHT = SMW && FN_FWD_HELD_TIGHT >= 1 && !RES, TIGHT_FMA = TIGHT && FN_FWD_HELD_TIGHT >= 2;
     __shared__ RowReduceSmem sm;
     extern __shared__ __align__(16) unsigned char dyn_smem[]; /* SMW's parameters */
     [[maybe_unused]] bool filled = false;
@@ -1093,7 +1093,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
             held(u, h);
             if constexpr (RES)
                 if (p.res_out) store_vec<TX, VEC>((TX *)p.res_out + row * p.sres_out + hd + (int64_t)v * VEC, 0, h);
-            if (TIGHT && wv && bv) {
+            if (TIGHT_FMA && wv && bv) {
                 float w[VEC], b[VEC];
                 smem_param(0, v, w); /* w + w_off */
                 smem_param(1, v, b);
@@ -1122,7 +1122,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
                     }
                 }
             }
-            if (bv && !(TIGHT && wv)) {
+            if (bv && !(TIGHT_FMA && wv)) {
                 float b[VEC];
                 if (SMW) smem_param(1, v, b);
                 else if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC, CL>((const TX *)p.b, v, hd, p.cols, l2_last), b);
