@@ -1506,8 +1506,8 @@ static cudaError_t two_pass_entry(const fn_fwd_params &p, int grid, int threads,
 /* U raw vectors per thread: 2 (lab only), 4 or 8 (the planner's; 4 with
  * the residual). Bounded for 2048 / 1536 / 1024 resident threads (32 / 40 /
  * 64 registers; with the residual 1536 / 1024: 40 / 54-64), no spills on
- * sm_90; KEEP's U = 4 (16-bit) for 1024 (64 registers), with SMW's shared
- * weight and bias where they fit FN_FWD_HELD_SMEM_W_MAX. */
+ * sm_90; KEEP's U = 4 (16-bit) for 1024 resident threads (56-64 registers),
+ * with SMW's shared weight and bias where they fit FN_FWD_HELD_SMEM_W_MAX. */
 template <typename TX, bool LN, bool RES, bool W32>
 static cudaError_t held_launch(const fn_fwd_params &p, int u, int grid, int threads, cudaStream_t s)
 {
