@@ -323,6 +323,9 @@ if has targets; then
     "$FN" bench --backend cuda --norm rms,ln --dtype bf16,f32 --rows ${mn%:*} --cols ${mn#*:} --pass both \
       --same-size-copy --csv "$OUT/targets_small_${mn%:*}.csv" >>"$OUT/targets_small.txt" 2>>"$OUT/targets_small.err"
   done
+  # perf-targets.md's odd sizes (no cliff: 2000, 4097, 65537 within 10% of their neighbours)
+  "$FN" bench --backend cuda --norm rms,ln --dtype bf16,f32 --cols 1992,2000,2008,4097,4104,65537,65544 --pass both \
+    --csv "$OUT/targets_cliff.csv" >"$OUT/targets_cliff.txt" 2>"$OUT/targets_cliff.err"
   # copies of 4 MiB .. 1 GiB (short problems cannot reach the 1 GiB copy's rate)
   # and the launch floor, one file for both of targets.py's readings
   extra=
@@ -330,7 +333,7 @@ if has targets; then
     extra="--copy-by-size $OUT/device_floors.txt --launch-floor $OUT/device_floors.txt"
   fi
   python3 bench/targets.py "$OUT"/targets_*.csv $extra >"$OUT/targets.md" 2>&1
-  echo "targets: $(grep -m1 'targets met' "$OUT/targets.md"); $(grep -m1 'small problems within' "$OUT/targets.md")" |
+  echo "targets: $(grep -m1 'targets met' "$OUT/targets.md"); $(grep -m1 'small problems within' "$OUT/targets.md"); $(grep -m1 'odd sizes within' "$OUT/targets.md")" |
     tee -a "$SUMMARY"
 fi
 

@@ -26,6 +26,10 @@ problems (M * N <= 2^20 elements) make a table of their own: median time
 against the launch latency floor (--launch-floor: the output of the
 device_floors program of the same run; the target: within 2 us of one launch;
 the deterministic backward is two launches, whose floor is shown too).
+The odd sizes perf-targets.md names (2000, 4097, 65537: "no cliff", within 10%
+of their neighbours) make a table of their own: each against the faster of its
+nearest multiples of 8 (a 16-byte boundary for 16-bit rows; 4096 and 65536
+from the targets' rows), GB/s at the targets' M.
 """
 import bisect
 import csv
@@ -108,6 +112,9 @@ def load_launch_floor(path):
     return None
 
 
+# perf-targets.md's odd sizes and the neighbours each is held against
+CLIFF = {2000: (1992, 2008), 4097: (4096, 4104), 65537: (65536, 65544)}
+TARGET_COLS = (256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
 SMALL_ELEMENTS = 1 << 20  # perf-targets.md: small problems are M * N <= 1M elements
 SMALL_SLACK_US = 2.0
 
@@ -139,6 +146,7 @@ def main(argv):
     small = []  # rows of small problems: (pass, norm, res, dtype, m, n, us, a copy of the bytes in us or None)
     cases = {}  # (pass, norm, res, dtype) -> {n: (gbps, pct, bytes, same-size copy gbps)}: the targets' shapes
     pairs = {}  # (norm, res, dtype, rows, cols) -> {pass: gbps}: deterministic against atomic
+    cliff = {}  # (pass, norm, res, dtype) -> {n: gbps} at the targets' M, every N
     for r in rows:
         res = {"0": "-", "1": "res", "2": "res-nodr"}.get(r["residual"], r["residual"])
         m, n = int(r["rows"]), int(r["cols"])
@@ -153,6 +161,10 @@ def main(argv):
             small.append((r["pass"], r["norm"], res, r["dtype"], m, n, float(r["median_us"]), copy_us))
             continue
         if m != (32768 if n < 65536 else (1 << 30) // n):  # the targets' M (perf-targets.md)
+            continue
+        if r["pass"] != "bwd-atomic":
+            cliff.setdefault((r["pass"], r["norm"], res, r["dtype"]), {})[n] = float(r["gbps"])
+        if n not in TARGET_COLS:  # the odd sizes and their neighbours: the cliff table only
             continue
         key = (r["pass"], r["norm"], res, r["dtype"])
         same = r.get("same_copy_gbps") or ""
@@ -235,6 +247,25 @@ def main(argv):
         if floor:
             print()
             print("%d of %d small problems within %.0f us of one launch" % (within, len(small), SMALL_SLACK_US))
+    odd = [(k, n) for k in sorted(cliff) for n in sorted(CLIFF) if n in cliff[k]
+           and any(b in cliff[k] for b in CLIFF[n])]
+    if odd:
+        print()
+        print("Odd sizes against their neighbours (GB/s at the targets' M; the target: within 10% of the faster"
+              " neighbour)")
+        print()
+        print("| pass | case | N | GB/s | neighbours (GB/s) | N / faster | within target |")
+        print("| --- | --- | ---: | ---: | --- | ---: | --- |")
+        ok_n = 0
+        for k, n in odd:
+            nb = [(b, cliff[k][b]) for b in CLIFF[n] if b in cliff[k]]
+            best = max(g for _, g in nb)
+            ratio = cliff[k][n] / best
+            ok_n += ratio >= 0.9
+            print("| %s | %s | %d | %.0f | %s | %.3f | %s |" % (k[0], label(k), n, cliff[k][n],
+                  ", ".join("%d: %.0f" % bg for bg in nb), ratio, "yes" if ratio >= 0.9 else "NO"))
+        print()
+        print("%d of %d odd sizes within 10%% of their neighbours" % (ok_n, len(odd)))
     atomic = sorted(k for k, v in pairs.items() if "bwd" in v and "bwd-atomic" in v)
     if atomic:
         print()

@@ -144,3 +144,20 @@ def test_one_device_floors_file_feeds_both_readings(tmp_path):
                  "launch_floor_us 2.50 4.00\n")
     assert targets.load_copy_by_size(str(p)) == [(2.0 * 16 * (1 << 20), 2000.0), (2.0 * 64 * (1 << 20), 4000.0)]
     assert targets.load_launch_floor(str(p)) == (2.5, 4.0)
+
+
+def test_odd_sizes_against_their_neighbours(tmp_path):
+    """2000, 4097 and 65537 each against the faster of its neighbours (within 10%), at the targets'
+    M; the odd sizes and their neighbours stay out of the targets' matrix and count."""
+    rows = [row("fwd", 1992, 0, gbps=3000.0), row("fwd", 2000, 0, gbps=2750.0), row("fwd", 2008, 0, gbps=3100.0),
+            row("fwd", 4096, 90.0, gbps=4000.0), row("fwd", 4097, 0, gbps=3500.0),
+            row("bwd", 65536, 95.0, gbps=4000.0), row("bwd", 65537, 0, gbps=3650.0),
+            row("fwd", 65537, 0, m=4096, gbps=100.0)]  # not the targets' M (16383): left out
+    rc, out = run(tmp_path, rows)
+    assert rc == 0
+    assert "| fwd | rms bf16 | 2000 | 2750 | 1992: 3000, 2008: 3100 | 0.887 | NO |" in out
+    assert "| fwd | rms bf16 | 4097 | 3500 | 4096: 4000 | 0.875 | NO |" in out
+    assert "| bwd | rms bf16 | 65537 | 3650 | 65536: 4000 | 0.912 | yes |" in out
+    assert "1 of 3 odd sizes within 10% of their neighbours" in out
+    assert "1 of 2 targets met" in out  # 4096 fwd (90.0 < 91.3) short, 65536 bwd met; no odd size counted
+    assert "| fwd | 4096 |" in out and "2000" not in out.split("Odd sizes")[0]
