@@ -152,12 +152,13 @@ def test_odd_sizes_against_their_neighbours(tmp_path):
     rows = [row("fwd", 1992, 0, gbps=3000.0), row("fwd", 2000, 0, gbps=2750.0), row("fwd", 2008, 0, gbps=3100.0),
             row("fwd", 4096, 90.0, gbps=4000.0), row("fwd", 4097, 0, gbps=3500.0),
             row("bwd", 65536, 95.0, gbps=4000.0), row("bwd", 65537, 0, gbps=3650.0),
-            row("fwd", 65537, 0, m=4096, gbps=100.0)]  # not the targets' M (16383): left out
+            row("fwd", 65537, 0, m=4096, gbps=100.0),  # not the targets' M (16383): left out
+            row("bwd", 3072, 95.0)]  # any other N at the targets' M (TARGET_COLS=...) stays a target
     rc, out = run(tmp_path, rows)
     assert rc == 0
     assert "| fwd | rms bf16 | 2000 | 2750 | 1992: 3000, 2008: 3100 | 0.887 | NO |" in out
     assert "| fwd | rms bf16 | 4097 | 3500 | 4096: 4000 | 0.875 | NO |" in out
     assert "| bwd | rms bf16 | 65537 | 3650 | 65536: 4000 | 0.912 | yes |" in out
     assert "1 of 3 odd sizes within 10% of their neighbours" in out
-    assert "1 of 2 targets met" in out  # 4096 fwd (90.0 < 91.3) short, 65536 bwd met; no odd size counted
+    assert "2 of 3 targets met" in out  # 4096 fwd (90.0 < 91.3) short, 3072 and 65536 bwd met; no odd size
     assert "| fwd | 4096 |" in out and "2000" not in out.split("Odd sizes")[0]
