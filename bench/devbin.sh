@@ -46,5 +46,6 @@ fi
 if command -v cuobjdump >/dev/null && command -v nvdisasm >/dev/null; then
   bash bench/sass_check.sh .devbin/libfusednorm.so
 else
-  echo "devbin: no cuobjdump/nvdisasm here: bench/sass_check.sh not run (see its header)"
+  echo "devbin: no cuobjdump/nvdisasm here: bench/sass_check.sh not run (see its header;" \
+    "pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm puts them in site-packages/nvidia/cu13/bin)"
 fi

@@ -550,6 +550,47 @@ static void test_fwd_ln_one_cta(void)
 }
 #endif
 
+#if FUSEDNORM_WITH_CUDA
+/* The held forward's LEAN form (norm_fwd.cu FN_FWD_HELD_LEAN): 16-bit rows
+ * that fill a CTA's slots exactly (1024: a warp a row, 16 rows a CTA; 2048:
+ * two warps a row), no bounds check per vector, the weight always in shared
+ * memory (1.0f without one), y = fmaf(t, w, b) with a bias. RMSNorm and
+ * LayerNorm, bf16 and fp16, on 37 rows (the last CTA's rows partly past the
+ * end): weight and bias, weight alone, bias alone, neither, weight_offset,
+ * fp32 weights, and the residual call (residual_out kept, never LEAN); 1536
+ * (not exact: the checked SMW form) beside them; with the lab knob
+ * FUSEDNORM_FWD_LEAN at 1, then at 0 (the SMW form). Against the CPU backend. */
+static void fwd_held_lean_cases(const char *what)
+{
+    static const int64_t cols[] = {1024, 2048, 1536};
+    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
+        for (int n = 0; n < 2; n++)
+            for (int d = 0; d < 2; d++)
+                for (int f = 0; f < 7; f++) {
+                    th_case c = th_case_default((fusednorm_norm)n, 37, cols[i], d ? FUSEDNORM_F16 : FUSEDNORM_BF16);
+                    c.bias_on = f == 0 || f == 2 || f == 6;
+                    c.weight_on = f != 2 && f != 3;
+                    if (f == 4) c.weight_offset = 1.0f;
+                    if (f == 5) c.weight = c.bias = FUSEDNORM_F32;
+                    if (f == 6) c.residual_on = c.residual_out_on = 1;
+                    c.x_offset = n ? 4.0f : 0.0f;
+                    c.store_rstd = 1;
+                    c.store_mean = n;
+                    c.skip_bwd = 1;
+                    gpu_vs_cpu(&c, what);
+                }
+}
+
+static void test_fwd_held_lean(void)
+{
+    setenv("FUSEDNORM_FWD_LEAN", "1", 1);
+    fwd_held_lean_cases("held forward, LEAN on: gpu vs cpu");
+    setenv("FUSEDNORM_FWD_LEAN", "0", 1);
+    fwd_held_lean_cases("held forward, LEAN off: gpu vs cpu");
+    unsetenv("FUSEDNORM_FWD_LEAN");
+}
+#endif
+
 /* The fp32 backward's 32-element tile (step 102): one stage of x and dy,
  * refilled vector by vector as the dx pass drains it (norm_bwd.cu, ROLL),
  * on the rows it fills exactly at 512 threads. Against the CPU backend:
@@ -1175,6 +1216,7 @@ int main(void)
         {"fwd_lag", test_fwd_lag},
         {"fwd_plain_res", test_fwd_plain_res},
         {"fwd_ln_one_cta", test_fwd_ln_one_cta},
+        {"fwd_held_lean", test_fwd_held_lean},
         {"bwd_f32_wide", test_bwd_f32_wide},
         {"bwd_res_droll", test_bwd_res_droll},
         {"bwd_res_droll_wide", test_bwd_res_droll_wide},

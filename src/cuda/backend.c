@@ -482,6 +482,23 @@ static int fwd_lag(void)
     return 1;
 }
 
+/* Lab knob FUSEDNORM_FWD_LEAN=0 or 1: the held forward's LEAN form
+ * (norm_fwd.cu FN_FWD_HELD_LEAN: 16-bit rows of 1024 and 2048 columns
+ * without the residual, no bounds checks, y as one fma, the trees
+ * unrolled) off or on. FN_FWD_LEAN_DEFAULT without the knob: 0 until an
+ * H200 A/B decides (session 42, H100: 15-16% fewer instructions, the time
+ * unchanged within 0.6%). Read on every call. Not for production. */
+#ifndef FN_FWD_LEAN_DEFAULT
+#define FN_FWD_LEAN_DEFAULT 0
+#endif
+static int fwd_lean(void)
+{
+    const char *v = getenv("FUSEDNORM_FWD_LEAN");
+    if (v && strcmp(v, "0") == 0) return 0;
+    if (v && strcmp(v, "1") == 0) return 1;
+    return FN_FWD_LEAN_DEFAULT;
+}
+
 /* Lab knob FUSEDNORM_FWD_PLAIN_RES=0: the forward's residual call of 16-bit
  * rows over a cluster runs the general kernel instead of the PLAIN tiles
  * (PLAIN_RES, norm_fwd.cu). Read on every call. Not for production. */
@@ -580,6 +597,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     p.deep = fwd_deep();
     p.lag = fwd_lag();
     p.plain_res = fwd_plain_res();
+    p.lean = fwd_lean();
 
     const int x_bytes = (int)fn_dtype_size(act), vec = 16 / x_bytes;
     const int vec_ok = a->cols % vec == 0 && tensor_vec_ok(&a->x) && tensor_vec_ok(&a->residual) &&

@@ -48,6 +48,9 @@ typedef struct fn_fwd_params {
                                        * residual, residual_out and y of one dtype) takes the PLAIN tiles
                                        * (PLAIN_RES): 1 (the default), 0 the general kernel (lab knob
                                        * FUSEDNORM_FWD_PLAIN_RES) */
+    int lean;                         /* held path: the SMW rows that fill their slots exactly run the LEAN
+                                       * form (norm_fwd.cu): 1 on, 0 off (the default until an H200 A/B;
+                                       * lab knob FUSEDNORM_FWD_LEAN) */
 } fn_fwd_params;
 
 enum { FN_STREAM_WEIGHT_L1_KEEP = 1, FN_STREAM_WEIGHT_L1_NONE = 2 };

@@ -883,22 +883,33 @@ __host__ __device__ constexpr bool held_keeps()
 #ifndef FN_FWD_HELD_SMEM_W
 #define FN_FWD_HELD_SMEM_W 1
 #endif
-/* TIGHT (lab, never run on a GPU), with SMW and without the residual: 1, a
- * warp a row's two trees unrolled (row_allreduce's WARP32: the loop over a
- * run-time width, its SHF, ISETP and BRA, cost about 30 instructions a row
- * and thread at 1024); 2, also y = fma(t, w, b) (t = (h - mean) * rstd; one
- * rounding fewer than t * w + b, which a branch on the bias kept apart: ncu,
- * LayerNorm bf16 1024, FMUL 2.1 and FADD 3.5 an element). ptxas (sm_90): at
- * 1 every form's registers as at 0, no spills; at 2 LayerNorm's 16-bit SMW
- * forms spill 4 bytes (w and b live together; the residual's 8-24 bytes,
- * hence not there). 0: the kernel as before (the PTX identical). */
-#ifndef FN_FWD_HELD_TIGHT
-#define FN_FWD_HELD_TIGHT 0
+/* LEAN (FN_FWD_HELD_LEAN), SMW's rows that fill the CTA's slots exactly
+ * (tpr * U == nv: 16-bit 1024 and 2048 columns): the same row with fewer
+ * instructions, from the SASS of the SMW form (LayerNorm bf16 1024, a warp
+ * a row, about 620 instructions a row and thread, 20 an element):
+ *  - no bounds check per vector in any pass (each cost a compare, a branch
+ *    and a convergence barrier: about 1.2 an element);
+ *  - the shared weight always there (1.0f without a weight, w + w_off with
+ *    one) and the bias present or not by the launch (LEAN 2 or 1), so y is
+ *    t * w or fmaf(t, w, b) (t = (h - mean) * rstd) with no branch per
+ *    vector; read through 32-bit shared addresses formed once (the generic
+ *    form rebuilt the shared window's base at every vector): the y pass
+ *    from about 57 to 27 instructions per 8 elements;
+ *  - a warp a row's two trees unrolled (row_allreduce's WARP32: the loop
+ *    over a run-time width, about 30 instructions a row and thread).
+ * y = fmaf(t, w, b) rounds once where t * w + b rounded twice. Taken where
+ * p.lean (the backend's FN_FWD_LEAN_DEFAULT, or the lab knob
+ * FUSEDNORM_FWD_LEAN). H100 (session 42, ncu, bf16 1024): LayerNorm 22.4 ->
+ * 18.7 thread instructions an element, issue slots 64.7 -> 54.7% busy,
+ * RMSNorm 15.3 -> 12.9; the kernels' time unchanged (the H100 is not issue
+ * bound there; the H200 was, session 38). 0: not compiled (the SMW form only). */
+#ifndef FN_FWD_HELD_LEAN
+#define FN_FWD_HELD_LEAN 1
 #endif
 #define FN_FWD_HELD_SMEM_W_MAX (32 * 1024)
 
 template <typename TX, int VEC, bool LN, bool RES, bool W32, int U, int MINB, bool CL = false, bool ODD = false,
-          bool SMW = false>
+          bool SMW = false, int LEAN = 0>
 __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p)
 {
     static_assert(VEC * sizeof(TX) == 16, "one 16-byte vector");
@@ -925,7 +936,9 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
     constexpr bool KEEP = held_keeps<TX, U, CL, ODD>();
     constexpr bool CENTRE = KEEP && LN && !RES;
     static_assert(!SMW || (KEEP && !(LN && FN_FWD_HELD_LN_FMA)), "SMW: with KEEP, not the FMA form");
-    constexpr bool TIGHT = SMW && FN_FWD_HELD_TIGHT >= 1 && !RES, TIGHT_FMA = TIGHT && FN_FWD_HELD_TIGHT >= 2;
+    /* LEAN (see FN_FWD_HELD_LEAN): 1 without a bias, 2 with one; rows of
+     * exactly tpr * U vectors (the launcher checks) */
+    static_assert(!LEAN || (SMW && !CL && !ODD && !RES), "LEAN: a form of SMW, without the residual");
     __shared__ RowReduceSmem sm;
     extern __shared__ __align__(16) unsigned char dyn_smem[]; /* SMW's parameters */
     [[maybe_unused]] bool filled = false;
@@ -938,6 +951,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
     const float n = (float)p.cols;
     const uint4 *wv = (const uint4 *)p.w, *bv = (const uint4 *)p.b;
     const uint64_t l2_last = CL ? 0 : l2_evict_last_policy();
+    [[maybe_unused]] const unsigned lean_base = LEAN ? smem_addr(dyn_smem) + 16u * (unsigned)lane : 0u;
     for (int64_t g = blockIdx.x / C; g * rpb < p.rows; g += gridDim.x / C) {
         const int64_t row = g * rpb + sub;
         const bool row_ok = CL || row < p.rows; /* CL: one row per cluster, g < rows */
@@ -957,15 +971,19 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
         #pragma unroll
         for (int u = 0; u < U; u++) {
             const int v = first + lane + u * tpr;
-            raw[u] = row_ok && v < nb ? held_load<FN_L1_DROP, CL>(xv + v, l2_last) : make_uint4(0, 0, 0, 0);
+            raw[u] = row_ok && (LEAN || v < nb) ? held_load<FN_L1_DROP, CL>(xv + v, l2_last) : make_uint4(0, 0, 0, 0);
             if constexpr (RES)
-                rraw[u] = rv && row_ok && v < nb ? held_load<FN_L1_DROP, CL>(rv + v, l2_last) : make_uint4(0, 0, 0, 0);
+                rraw[u] = rv && row_ok && (LEAN || v < nb) ? held_load<FN_L1_DROP, CL>(rv + v, l2_last) : make_uint4(0, 0, 0, 0);
         }
         if (SMW && !filled) { /* the CTA's parameters, once (x of its first rows in flight) */
             float4 *psm = (float4 *)dyn_smem;
-            const int boff = wv ? VEC / 4 : 0;
+            const int boff = wv || LEAN ? VEC / 4 : 0;
             for (int i = threadIdx.x; i < nv; i += blockDim.x) {
                 float t[VEC];
+                if (LEAN && !wv) { /* LEAN: y = t * 1.0f without a weight */
+                    #pragma unroll
+                    for (int c = 0; c < VEC / 4; c++) psm[c * nv + i] = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+                }
                 if (wv) {
                     held_param<TX, VEC, W32, CL>(wv, i, t, l2_last);
                     #pragma unroll
@@ -973,7 +991,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
                         psm[c * nv + i] = make_float4(t[4 * c] + p.w_off, t[4 * c + 1] + p.w_off,
                                                       t[4 * c + 2] + p.w_off, t[4 * c + 3] + p.w_off);
                 }
-                if (bv) {
+                if (bv && LEAN != 1) {
                     held_param<TX, VEC, W32, CL>(bv, i, t, l2_last);
                     #pragma unroll
                     for (int c = 0; c < VEC / 4; c++)
@@ -990,6 +1008,19 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
             for (int c = 0; c < VEC / 4; c++) {
                 const float4 f = psm[c * nv + v];
                 t[4 * c] = f.x, t[4 * c + 1] = f.y, t[4 * c + 2] = f.z, t[4 * c + 3] = f.w;
+            }
+        };
+        /* LEAN: vector u of this lane's shared weight (k 0) or bias (k 1),
+         * by its 32-bit shared address */
+        [[maybe_unused]] unsigned lean_b = 0, lean_s = 0;
+        [[maybe_unused]] auto lean_param = [&](int k, int u, float (&t)[VEC]) {
+            #pragma unroll
+            for (int c = 0; c < VEC / 4; c++) {
+                /* nv = 4 * tpr: slot (k * VEC / 4 + c) * 4 + u, lean_s bytes apart */
+                const unsigned a = lean_b + lean_s * (unsigned)((k * (VEC / 4) + c) * 4 + u);
+                asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                    : "=f"(t[4 * c]), "=f"(t[4 * c + 1]), "=f"(t[4 * c + 2]), "=f"(t[4 * c + 3])
+                    : "r"(a));
             }
         };
         /* ODD: this lane's head or tail element (column ec), h in fp32 */
@@ -1048,13 +1079,13 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
                 for (int j = 0; j < VEC; j++) s[0] += h[j];
             }
             if constexpr (ODD) s[0] += he;
-            row_allreduce<1, false, true, TIGHT>(s, sm, buf, tpr, sub, 1);
+            row_allreduce<1, false, true, (LEAN > 0)>(s, sm, buf, tpr, sub, 1);
             mean = s[0] / n_here;
         }
         float q[1] = {0.0f};
         #pragma unroll
         for (int u = 0; u < U; u++) {
-            if (LN && first + lane + u * tpr >= nb) continue; /* zeros there, not -mean */
+            if (LN && !LEAN && first + lane + u * tpr >= nb) continue; /* zeros there, not -mean */
             float h[VEC];
             held(u, h);
             #pragma unroll
@@ -1065,7 +1096,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
             }
         }
         if (edge) q[0] += (he - mean) * (he - mean);
-        row_allreduce<1, false, true, TIGHT>(q, sm, buf, tpr, sub, LN ? 1 : C);
+        row_allreduce<1, false, true, (LEAN > 0)>(q, sm, buf, tpr, sub, LN ? 1 : C);
         if constexpr (LN && CL) {
             const MeanM2 m = cluster_merge({n_here, mean, q[0]}, cl_slot, cl_buf, C);
             mean = m.mean;
@@ -1085,20 +1116,33 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
         /* FMA (see FN_FWD_HELD_LN_FMA): LayerNorm's scale as one fma */
         constexpr bool FMA = LN && FN_FWD_HELD_LN_FMA;
         [[maybe_unused]] const float rstd_off = rstd * p.w_off;
+        if constexpr (LEAN) {
+            /* the shared addresses formed here, in each row: formed once
+             * ahead of the loop, the 16 of them were kept there and spilled
+             * (4-36 bytes; ptxas) */
+            asm volatile("mov.u32 %0, %1;" : "=r"(lean_b) : "r"(lean_base));
+            asm volatile("mov.u32 %0, %1;" : "=r"(lean_s) : "r"(16u * (unsigned)tpr));
+        }
         #pragma unroll
         for (int u = 0; u < U; u++) {
             const int v = first + lane + u * tpr;
-            if (v >= nb) continue;
+            if (!LEAN && v >= nb) continue;
             float h[VEC], y[VEC];
             held(u, h);
             if constexpr (RES)
                 if (p.res_out) store_vec<TX, VEC>((TX *)p.res_out + row * p.sres_out + hd + (int64_t)v * VEC, 0, h);
-            if (TIGHT_FMA && wv && bv) {
-                float w[VEC], b[VEC];
-                smem_param(0, v, w); /* w + w_off */
-                smem_param(1, v, b);
-                #pragma unroll
-                for (int j = 0; j < VEC; j++) y[j] = fmaf((CENTRE ? h[j] : h[j] - mean) * rstd, w[j], b[j]);
+            if constexpr (LEAN) {
+                float w[VEC];
+                lean_param(0, u, w); /* w + w_off, or 1 */
+                if constexpr (LEAN == 2) {
+                    float b[VEC];
+                    lean_param(1, u, b);
+                    #pragma unroll
+                    for (int j = 0; j < VEC; j++) y[j] = fmaf((CENTRE ? h[j] : h[j] - mean) * rstd, w[j], b[j]);
+                } else {
+                    #pragma unroll
+                    for (int j = 0; j < VEC; j++) y[j] = (CENTRE ? h[j] : h[j] - mean) * rstd * w[j];
+                }
             } else if (FMA && wv) {
                 float w[VEC];
                 if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC, CL>((const TX *)p.w, v, hd, p.cols, l2_last), w);
@@ -1122,7 +1166,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
                     }
                 }
             }
-            if (bv && !(TIGHT_FMA && wv)) {
+            if (!LEAN && bv) {
                 float b[VEC];
                 if (SMW) smem_param(1, v, b);
                 else if (ODD && hd) unpack_raw<TX, VEC>(held_param_shifted<TX, VEC, CL>((const TX *)p.b, v, hd, p.cols, l2_last), b);
@@ -1542,9 +1586,18 @@ static cudaError_t held_launch(const fn_fwd_params &p, int u, int grid, int thre
     case 2: norm_fwd_held<TX, VEC, LN, RES, W32, 2, RES ? 3 : 4><<<grid, threads, 0, s>>>(p); break;
     case 4:
         if constexpr (FN_FWD_HELD_SMEM_W && !(LN && FN_FWD_HELD_LN_FMA) && held_keeps<TX, 4, false, false>()) {
-            const size_t smem = (size_t)p.cols * sizeof(float) * ((p.w ? 1 : 0) + (p.b ? 1 : 0));
+            /* LEAN: rows of exactly tpr * 4 vectors, the weight's slots always filled */
+            const bool lean = FN_FWD_HELD_LEAN && p.lean && !RES && (int64_t)p.tpr * 4 * VEC == p.cols;
+            const size_t smem = (size_t)p.cols * sizeof(float) * ((p.w || lean ? 1 : 0) + (p.b ? 1 : 0));
             if (smem && smem <= FN_FWD_HELD_SMEM_W_MAX) {
-                norm_fwd_held<TX, VEC, LN, RES, W32, 4, 2, false, false, true><<<grid, threads, smem, s>>>(p);
+                if constexpr (RES) {
+                    norm_fwd_held<TX, VEC, LN, RES, W32, 4, 2, false, false, true><<<grid, threads, smem, s>>>(p);
+                } else if (lean && p.b)
+                    norm_fwd_held<TX, VEC, LN, RES, W32, 4, 2, false, false, true, 2><<<grid, threads, smem, s>>>(p);
+                else if (lean)
+                    norm_fwd_held<TX, VEC, LN, RES, W32, 4, 2, false, false, true, 1><<<grid, threads, smem, s>>>(p);
+                else
+                    norm_fwd_held<TX, VEC, LN, RES, W32, 4, 2, false, false, true><<<grid, threads, smem, s>>>(p);
                 break;
             }
         }
