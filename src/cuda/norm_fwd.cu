@@ -892,9 +892,11 @@ __host__ __device__ constexpr bool held_keeps()
  *  - the shared weight always there (1.0f without a weight, w + w_off with
  *    one) and the bias present or not by the launch (LEAN 2 or 1), so y is
  *    t * w or fmaf(t, w, b) (t = (h - mean) * rstd) with no branch per
- *    vector; read through 32-bit shared addresses formed once (the generic
- *    form rebuilt the shared window's base at every vector): the y pass
- *    from about 57 to 27 instructions per 8 elements;
+ *    vector; read through 32-bit shared addresses, formed in each row from
+ *    one base and one stride (the generic form rebuilt the shared window's
+ *    base at every vector; formed once ahead of the row loop, the 16 were
+ *    kept and spilled): the y pass from about 57 to 27 instructions per 8
+ *    elements;
  *  - a warp a row's two trees unrolled (row_allreduce's WARP32: the loop
  *    over a run-time width, about 30 instructions a row and thread).
  * y = fmaf(t, w, b) rounds once where t * w + b rounded twice. Taken where
@@ -938,7 +940,7 @@ __global__ void __launch_bounds__(512, MINB) norm_fwd_held(const fn_fwd_params p
     static_assert(!SMW || (KEEP && !(LN && FN_FWD_HELD_LN_FMA)), "SMW: with KEEP, not the FMA form");
     /* LEAN (see FN_FWD_HELD_LEAN): 1 without a bias, 2 with one; rows of
      * exactly tpr * U vectors (the launcher checks) */
-    static_assert(!LEAN || (SMW && !CL && !ODD && !RES), "LEAN: a form of SMW, without the residual");
+    static_assert(!LEAN || (SMW && !CL && !ODD && !RES && U == 4), "LEAN: a form of SMW (U = 4), without the residual");
     __shared__ RowReduceSmem sm;
     extern __shared__ __align__(16) unsigned char dyn_smem[]; /* SMW's parameters */
     [[maybe_unused]] bool filled = false;
@@ -1590,7 +1592,7 @@ static cudaError_t held_launch(const fn_fwd_params &p, int u, int grid, int thre
             const bool lean = FN_FWD_HELD_LEAN && p.lean && !RES && (int64_t)p.tpr * 4 * VEC == p.cols;
             const size_t smem = (size_t)p.cols * sizeof(float) * ((p.w || lean ? 1 : 0) + (p.b ? 1 : 0));
             if (smem && smem <= FN_FWD_HELD_SMEM_W_MAX) {
-                if constexpr (RES) {
+                if constexpr (RES) { /* never LEAN (its forms spilled 28 bytes) */
                     norm_fwd_held<TX, VEC, LN, RES, W32, 4, 2, false, false, true><<<grid, threads, smem, s>>>(p);
                 } else if (lean && p.b)
                     norm_fwd_held<TX, VEC, LN, RES, W32, 4, 2, false, false, true, 2><<<grid, threads, smem, s>>>(p);
