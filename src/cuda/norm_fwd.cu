@@ -1592,14 +1592,13 @@ static cudaError_t held_launch(const fn_fwd_params &p, int u, int grid, int thre
             const bool lean = FN_FWD_HELD_LEAN && p.lean && !RES && (int64_t)p.tpr * 4 * VEC == p.cols;
             const size_t smem = (size_t)p.cols * sizeof(float) * ((p.w || lean ? 1 : 0) + (p.b ? 1 : 0));
             if (smem && smem <= FN_FWD_HELD_SMEM_W_MAX) {
-                if constexpr (RES) { /* never LEAN (its forms spilled 28 bytes) */
-                    norm_fwd_held<TX, VEC, LN, RES, W32, 4, 2, false, false, true><<<grid, threads, smem, s>>>(p);
-                } else if (lean && p.b)
-                    norm_fwd_held<TX, VEC, LN, RES, W32, 4, 2, false, false, true, 2><<<grid, threads, smem, s>>>(p);
-                else if (lean)
-                    norm_fwd_held<TX, VEC, LN, RES, W32, 4, 2, false, false, true, 1><<<grid, threads, smem, s>>>(p);
-                else
-                    norm_fwd_held<TX, VEC, LN, RES, W32, 4, 2, false, false, true><<<grid, threads, smem, s>>>(p);
+                if constexpr (!RES) /* the residual never LEAN (its forms spilled 28 bytes) */
+                    if (lean) {
+                        if (p.b) norm_fwd_held<TX, VEC, LN, RES, W32, 4, 2, false, false, true, 2><<<grid, threads, smem, s>>>(p);
+                        else norm_fwd_held<TX, VEC, LN, RES, W32, 4, 2, false, false, true, 1><<<grid, threads, smem, s>>>(p);
+                        break;
+                    }
+                norm_fwd_held<TX, VEC, LN, RES, W32, 4, 2, false, false, true><<<grid, threads, smem, s>>>(p);
                 break;
             }
         }
