@@ -396,6 +396,23 @@ int fn_plan_fwd_rows_cluster_call(const fn_plan_problem *pb)
     return !pb->is_bwd && !pb->no_tile && pb->vec_ok && pb->cc_major >= 9 && !pb->w32 && rows;
 }
 
+int fn_plan_fwd_odd(fn_plan *pl, const fn_plan_problem *pb)
+{
+    if (pb->is_bwd || pb->odd_held != FN_STREAM_COMMON || pb->cols <= 0) return 0;
+    const int vec = 16 / pb->x_bytes;
+    fn_plan_problem body = *pb;
+    body.cols = pb->cols / vec * vec;
+    body.vec_ok = 1;
+    body.stream = FN_STREAM_COMMON;
+    body.odd_held = FN_STREAM_NONE;
+    if (!fn_plan_fwd_rows_cluster_call(&body)) return 0;
+    const int most = pb->is_ln ? fn_plan_fwd_ln_max_cluster(body.cols) : pb->max_cluster;
+    fn_plan t = *pl;
+    if (!fn_plan_use_fwd_rows_cluster(&t, body.cols, pb->x_bytes, most, 0)) return 0;
+    *pl = t;
+    return 1;
+}
+
 int fn_plan_fwd_ln_max_cluster(int64_t cols)
 {
     const int sixteen = cols == 131072 || cols == 262144;

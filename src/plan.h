@@ -401,6 +401,17 @@ int fn_plan_use_held_odd(fn_plan *pl, int64_t cols, int x_bytes, int u);
 #define FN_PLAN_BWD_ODD_MAX_CLUSTER_16 4
 int fn_plan_bwd_odd(fn_plan *pl, int64_t cols, int x_bytes, int cc_major, int max_cluster, int wide, int is_ln);
 
+/* The forward of rows off a 16-byte boundary (pb->odd_held, the common call:
+ * FN_STREAM_COMMON) whose aligned body, cols / vec whole vectors, the
+ * register tile over a cluster would take as an aligned row
+ * (fn_plan_fwd_rows_cluster_call, fn_plan_use_fwd_rows_cluster; LayerNorm's
+ * clusters capped by fn_plan_fwd_ln_max_cluster of the body): that tile, its
+ * ODD form (norm_fwd.cu), the edge elements on the first CTA. 0 (pl
+ * untouched) otherwise: the held kernel's ODD form then. The backend checks
+ * fn_fwd_odd_fits and sizes the grid as the ODD backward's
+ * (fn_plan_odd_clusters). */
+int fn_plan_fwd_odd(fn_plan *pl, const fn_plan_problem *pb);
+
 /* The ODD backward's grid, in clusters. Each cluster walks rows cid, cid + G,
  * ..., all at one offset within 16 bytes, so G is a multiple of the rows'
  * period m (8 for 16-bit odd N). One wave of the `active` resident clusters

@@ -581,6 +581,63 @@ static void fwd_held_lean_cases(const char *what)
                 }
 }
 
+/* The forward's ODD register tile (norm_fwd.cu ODD, fn_plan_fwd_odd): rows
+ * off a 16-byte boundary past 64 KiB on the tile of their aligned body, its
+ * edge elements on the cluster's first CTA, each cluster's rows at one
+ * offset (the grid a multiple of the period). 16-bit 65537 and 65543 in 8 x
+ * 256 (tpr compiled), 40001 in 5 x 256 (idle columns), 131073 in 16 x 256,
+ * 262145 in 16 x 512 (run-time tpr, two stages); fp32 65537 in 8 x 256 x 32,
+ * 32769 in 4 x 256 x 32, 20001 in 5 x 256 x 16, 49153 in 8 x 384 (run-time
+ * tpr). RMSNorm and LayerNorm, on 9 rows: weight alone (outliers), weight
+ * and bias, weight_offset with every activation one element off its
+ * pointer (misalign 2: the odd rows' offsets shift), bias without a weight
+ * (a weight of ones); on 200 rows (40 at 262145) that walk the grid over
+ * several waves, LayerNorm's odd rows far from zero (x_offset: the centred
+ * second exchange); on 100 rows with padded pitches (the same offset in
+ * every tensor). Against the CPU backend. */
+static void fwd_odd_tile_cases(const char *what, int only_walk)
+{
+    static const struct { int64_t cols; fusednorm_dtype dt; } shapes[] = {
+        {65537, FUSEDNORM_BF16}, {65543, FUSEDNORM_F16},  {40001, FUSEDNORM_BF16}, {131073, FUSEDNORM_BF16},
+        {262145, FUSEDNORM_F16}, {65537, FUSEDNORM_F32},  {32769, FUSEDNORM_F32},  {20001, FUSEDNORM_F32},
+        {49153, FUSEDNORM_F32},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int n = 0; n < 2; n++)
+            for (int f = only_walk ? 4 : 0; f < (only_walk ? 5 : 6); f++) {
+                const int64_t rows = f == 4 ? shapes[i].cols > 200000 ? 40 : 200 : f == 5 ? 100 : 9;
+                th_case c = th_case_default((fusednorm_norm)n, rows, shapes[i].cols, shapes[i].dt);
+                c.bias_on = f == 1 || f == 3 || f == 4;
+                c.weight_on = f != 3;
+                c.weight_offset = f == 2 ? 1.0f : 0.0f;
+                c.misalign = f == 2 ? 2 : 0;
+                c.outliers = f == 0 && shapes[i].dt != FUSEDNORM_F16;
+                c.x_offset = n && f == 4 ? 4.0f : 0.0f;
+                c.pad = f == 5 ? 16 / (int64_t)fn_dtype_size(shapes[i].dt) : 0;
+                c.store_rstd = 1;
+                c.store_mean = n;
+                c.skip_bwd = 1;
+                gpu_vs_cpu(&c, what);
+            }
+}
+
+/* The ODD tile's cases (above); its walks again with two stages and with
+ * three on every cluster (FUSEDNORM_FWD_DEEP 0 and 2: the tile's other
+ * instance at each shape); and with FUSEDNORM_FWD_ODD=0, the held kernel's
+ * ODD form the planner gave these rows before. */
+static void test_fwd_odd_tile(void)
+{
+    fwd_odd_tile_cases("forward ODD tile: gpu vs cpu", 0);
+    setenv("FUSEDNORM_FWD_DEEP", "0", 1);
+    fwd_odd_tile_cases("forward ODD tile, two stages: gpu vs cpu", 1);
+    setenv("FUSEDNORM_FWD_DEEP", "2", 1);
+    fwd_odd_tile_cases("forward ODD tile, three stages: gpu vs cpu", 1);
+    unsetenv("FUSEDNORM_FWD_DEEP");
+    setenv("FUSEDNORM_FWD_ODD", "0", 1);
+    fwd_odd_tile_cases("forward odd rows held (FUSEDNORM_FWD_ODD=0): gpu vs cpu", 1);
+    unsetenv("FUSEDNORM_FWD_ODD");
+}
+
 static void test_fwd_held_lean(void)
 {
     setenv("FUSEDNORM_FWD_LEAN", "1", 1);
@@ -1217,6 +1274,7 @@ int main(void)
         {"fwd_plain_res", test_fwd_plain_res},
         {"fwd_ln_one_cta", test_fwd_ln_one_cta},
         {"fwd_held_lean", test_fwd_held_lean},
+        {"fwd_odd_tile", test_fwd_odd_tile},
         {"bwd_f32_wide", test_bwd_f32_wide},
         {"bwd_res_droll", test_bwd_res_droll},
         {"bwd_res_droll_wide", test_bwd_res_droll_wide},

@@ -384,6 +384,43 @@ int main(void)
         p = fn_plan_make(&pb);
         ASSERT_TRUE(p.path != FN_PATH_HELD);
     }
+    /* The forward's ODD register tile (fn_plan_fwd_odd): rows off a 16-byte
+     * boundary of the common call past 64 KiB take the tile of their aligned
+     * body (cols / vec whole vectors), LayerNorm's clusters capped as that
+     * body's; none for the residual call, rows whose body no tile takes
+     * (bf16 32769: 64 KiB, held; 100001), sm_80, FUSEDNORM_FWD_ROWS_CLUSTER=0
+     * (no_tile). cluster 0: none. */
+    struct { int64_t cols; int x_bytes, call, is_ln, max_cluster, cluster, tpr, ept; } odd_tile[] = {
+        {65537, 2, C, 0, 16, 8, 256, 32},  {65543, 2, C, 1, 8, 8, 256, 32},   {40001, 2, C, 0, 16, 5, 256, 32},
+        {131073, 2, C, 0, 16, 16, 256, 32}, {131073, 2, C, 1, 8, 16, 256, 32}, {262145, 2, C, 0, 16, 16, 512, 32},
+        {65537, 4, C, 0, 16, 8, 256, 32},  {65537, 4, C, 1, 8, 8, 256, 32},   {32769, 4, C, 0, 16, 4, 256, 32},
+        {20001, 4, C, 1, 8, 5, 256, 16},   {32769, 2, C, 0, 16, 0, 0, 0},     {100001, 2, C, 0, 16, 0, 0, 0},
+        {65537, 2, R, 0, 16, 0, 0, 0},     {16385, 4, C, 0, 16, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof odd_tile / sizeof odd_tile[0]; i++) {
+        fn_plan_problem pb = {0, odd_tile[i].cols, odd_tile[i].x_bytes, 0, 9, odd_tile[i].max_cluster, 0, 0,
+                              FN_STREAM_NONE, 0, odd_tile[i].call, odd_tile[i].is_ln, 0, 0};
+        snprintf(th_context, sizeof th_context, "forward ODD tile: cols %lld x_bytes %d call %d ln %d",
+                 (long long)odd_tile[i].cols, odd_tile[i].x_bytes, odd_tile[i].call, odd_tile[i].is_ln);
+        fn_plan p = {0};
+        const int vec = 16 / odd_tile[i].x_bytes;
+        if (odd_tile[i].cluster == 0) {
+            ASSERT_EQ_INT(fn_plan_fwd_odd(&p, &pb), 0);
+            continue;
+        }
+        ASSERT_EQ_INT(fn_plan_fwd_odd(&p, &pb), 1);
+        expect_tile(&p, odd_tile[i].cluster, odd_tile[i].tpr, odd_tile[i].ept, vec);
+        ASSERT_TRUE((int64_t)p.cluster * p.tpr * p.ept >= odd_tile[i].cols / vec * vec); /* every whole vector */
+        ASSERT_TRUE(p.tpr >= 2 * (vec - 1)); /* a lane for each head and tail element */
+        pb.cc_major = 8;
+        ASSERT_EQ_INT(fn_plan_fwd_odd(&p, &pb), 0);
+        pb.cc_major = 9;
+        pb.no_tile = 1;
+        ASSERT_EQ_INT(fn_plan_fwd_odd(&p, &pb), 0);
+        pb.no_tile = 0;
+        pb.odd_held = FN_STREAM_NONE;
+        ASSERT_EQ_INT(fn_plan_fwd_odd(&p, &pb), 0);
+    }
     struct { int64_t cols; int x_bytes, call; } not_odd[] = {
         {255, 2, C}, {263, 2, C}, {127, 4, C}, {16400, 2, R}, {8200, 4, R},
     };

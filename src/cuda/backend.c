@@ -210,7 +210,7 @@ static int occ_variant(int is_bwd, const void *params, const fn_plan *pl)
     const fn_fwd_params *f = (const fn_fwd_params *)params;
     return (f->w != NULL) | (f->b != NULL) << 1 | (f->res_out != NULL) << 2 | (f->dt_y == f->dt_x) << 3 | exact << 4 |
            (f->shift != 0) << 5 | f->deep << 6 | f->lag << 8 | f->plain_res << 10 |
-           (f->res_out != NULL && f->dt_res_out == f->dt_x) << 11;
+           (f->res_out != NULL && f->dt_res_out == f->dt_x) << 11 | (f->odd != 0 && pl->path == FN_PATH_ROWS_IN_REGISTERS) << 12;
 }
 
 static fusednorm_status max_active(int device, int is_bwd, const void *params, const fn_plan *pl, const char *fn,
@@ -499,6 +499,32 @@ static int fwd_lean(void)
     return FN_FWD_LEAN_DEFAULT;
 }
 
+/* Lab knob FUSEDNORM_FWD_ODD=0: the forward's rows off a 16-byte boundary
+ * past 64 KiB stay on the held kernel's ODD form over a cluster, as before
+ * the register tile's ODD form (fn_plan_fwd_odd; to measure one against the
+ * other). Read on every call. Not for production. */
+static int fwd_odd_tile_enabled(void)
+{
+    const char *v = getenv("FUSEDNORM_FWD_ODD");
+    return !v || strcmp(v, "0") != 0;
+}
+
+/* Whether the environment variable is set to something. */
+static int knob_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v;
+}
+
+/* The rows' period: rows m apart sit at one offset within 16 bytes (a
+ * pitch of `pitch` bytes). */
+static int odd_period(uint64_t pitch)
+{
+    int m = 1;
+    while (m < 16 && (pitch * (uint64_t)m) % 16) m *= 2;
+    return m;
+}
+
 /* Lab knob FUSEDNORM_FWD_PLAIN_RES=0: the forward's residual call of 16-bit
  * rows over a cluster runs the general kernel instead of the PLAIN tiles
  * (PLAIN_RES, norm_fwd.cu). Read on every call. Not for production. */
@@ -637,6 +663,26 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     if (pb.is_ln && fn_plan_fwd_rows_cluster_call(&pb)) pb.max_cluster = fn_plan_fwd_ln_max_cluster(a->cols);
     fn_plan pl = plan_for(&pb, "FUSEDNORM_PLAN_FWD", &p.tpr, &p.rows_per_block, &p.cluster);
     p.odd = pl.path == FN_PATH_HELD && !vec_ok;
+    /* Rows off a 16-byte boundary of the common call whose aligned body the
+     * register tile over a cluster takes: that tile's ODD form
+     * (fn_plan_fwd_odd; the planner held them over a cluster, at 0.73x of
+     * the aligned rows for LayerNorm bf16 65537: docs/perf.md session 42). */
+    if (odd_call && !has_res && fwd_odd_tile_enabled() && !knob_set("FUSEDNORM_PLAN_FWD") &&
+        !knob_set("FUSEDNORM_FWD_HELD") && !knob_set("FUSEDNORM_FWD_HELD_CTA") &&
+        !knob_set("FUSEDNORM_FWD_ROWS_CLUSTER")) { /* the lab's plan knobs name their plan */
+        fn_plan op;
+        fn_fwd_params t = p;
+        if (fn_plan_fwd_odd(&op, &pb)) {
+            t.tpr = op.tpr;
+            t.rows_per_block = op.rows_per_block;
+            t.cluster = op.cluster;
+            if (fn_fwd_odd_fits(&t, op.vec, op.ept, op.threads)) {
+                p = t;
+                p.odd = 1;
+                pl = op;
+            }
+        }
+    }
     if (shift_ok && !p.odd) {
         p.shift = pl.path == FN_PATH_ROWS_IN_REGISTERS && fn_fwd_shift_fits(&p, pl.ept);
         if (!p.shift) { /* does not fit: as without the SHIFT kernel */
@@ -651,7 +697,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
      * one of the lab knob's. */
     if (pl.path == FN_PATH_ROWS_IN_REGISTERS && !fn_plan_cluster_xchg_ok(pl.cluster, pl.rows_per_block, pl.tpr, pl.threads)) {
         fn_plan_use_two_pass(&pl, a->cols, x_bytes);
-        p.shift = 0;
+        p.shift = p.odd = 0;
     }
     int err = 0;
     if (pl.path == FN_PATH_HELD) {
@@ -664,11 +710,24 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
         /* Persistent grid: every resident CTA (cluster), none beyond the row groups. */
         int active = 0;
         s = max_active(a->device, 0, &p, &pl, fn, &active);
-        if (s == FUSEDNORM_OK && active == 0) fn_plan_use_two_pass(&pl, a->cols, x_bytes); /* cannot be co-scheduled */
+        if (s == FUSEDNORM_OK && active == 0) { /* cannot be co-scheduled */
+            fn_plan_use_two_pass(&pl, a->cols, x_bytes);
+            p.odd = 0;
+        }
         if (s == FUSEDNORM_OK && pl.path == FN_PATH_ROWS_IN_REGISTERS) {
-            int64_t groups = (a->rows + pl.rows_per_block - 1) / pl.rows_per_block;
-            if (groups > active) groups = active;
+            const int64_t all = (a->rows + pl.rows_per_block - 1) / pl.rows_per_block;
+            int64_t groups = all < active ? all : active;
             groups = grid_cap(groups);
+            if (p.odd && all > groups) {
+                /* ODD: each cluster's rows (cid, cid + G, ...) at one offset
+                 * within 16 bytes: G a multiple of the rows' period (x's pitch
+                 * serves every activation: odd_phase), over as many waves as
+                 * fill the SMs, as the ODD backward's grid (fn_plan_odd_clusters). */
+                const int m = odd_period((uint64_t)a->x.row_stride * (uint64_t)x_bytes);
+                int64_t c = fn_plan_odd_clusters(active, m, all);
+                if (grid_cap(c) < c) c = fn_plan_odd_one_wave(grid_cap(c), m, all); /* the sanitizer's capped grids */
+                groups = c;
+            }
             err = fn_launch_fwd_rows(&p, pl.vec, pl.ept, (int)(groups * pl.cluster), pl.threads, a->stream);
         }
     }
@@ -875,9 +934,7 @@ static fusednorm_status bwd_prepare(const fusednorm_bwd_args *a, const char *fn,
              * within 16 bytes: G a multiple of the rows' period m (rows m
              * apart sit at one offset; by same_phase x's pitch serves all),
              * over as many waves as fill the SMs (fn_plan_odd_clusters). */
-            const uint64_t pitch = (uint64_t)a->x.row_stride * (uint64_t)x_bytes;
-            int m = 1;
-            while (m < 16 && (pitch * (uint64_t)m) % 16) m *= 2;
+            const int m = odd_period((uint64_t)a->x.row_stride * (uint64_t)x_bytes);
             int64_t g = bwd_odd_grid(clusters, m, groups, fn_plan_odd_clusters(clusters, m, groups));
             if (grid_cap(g) < g) g = fn_plan_odd_one_wave(grid_cap(g), m, groups); /* the sanitizer's capped grids */
             st->grid = (int)(g * pl->cluster);

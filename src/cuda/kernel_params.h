@@ -35,7 +35,10 @@ typedef struct fn_fwd_params {
                                        * the call: see stream in fn_plan_problem), with the weight
                                        * and bias kept in L1 or not (FN_STREAM_WEIGHT_L1_*) */
     int odd;                          /* held path: rows off a 16-byte boundary (every activation at the
-                                       * same offset within 16 bytes in each row; the backend checked) */
+                                       * same offset within 16 bytes in each row; the backend checked);
+                                       * rows path: the register tile's ODD form (the common call, each
+                                       * cluster's rows at one offset: the backend checked
+                                       * fn_fwd_odd_fits and sized the grid) */
     int deep;                         /* rows path: the PLAIN tiles over a cluster stage FN_DEEP_STAGES
                                        * rows: 1 where they won (launch_rows' rule), 0 never, 2 on
                                        * every cluster (0 and 2: lab knob FUSEDNORM_FWD_DEEP) */
@@ -93,6 +96,11 @@ int fn_launch_fwd_held(const fn_fwd_params *p, int u, int grid, int threads, voi
  * (tpr, rows_per_block) and ept: 16-bit x, its shared memory within
  * p->smem_max. The backend checks dtypes and alignment. */
 int fn_fwd_shift_fits(const fn_fwd_params *p, int ept);
+/* Whether the forward's ODD register tile can run this call with the plan in
+ * p (tpr, rows_per_block, cluster), vec, ept and threads: the common call (no
+ * residual, y of x's dtype), one row a CTA, an instance for ept, its shared
+ * memory within p->smem_max. The backend checks the offsets (odd_phase). */
+int fn_fwd_odd_fits(const fn_fwd_params *p, int vec, int ept, int threads);
 int fn_launch_bwd_rows(const fn_bwd_params *p, int vec, int ept, int grid, int threads, void *stream);
 int fn_launch_bwd_two_pass(const fn_bwd_params *p, int grid, int threads, void *stream);
 /* Sum `partials` fp32 rows of the workspace in fixed order into dweight/dbias

@@ -19,7 +19,10 @@
  *    from 32 KiB (16-bit, and fp32 with a weight: the planner's rule,
  *    plan.h). Its SHIFT variant takes 16-bit
  *    rows that start off a 16-byte boundary (odd N, odd pitches), realigned
- *    in shared memory (common.cuh), up to FN_PLAN_SHIFT_MAX_COLS.
+ *    in shared memory (common.cuh), up to FN_PLAN_SHIFT_MAX_COLS. Its ODD
+ *    variant takes the common call's rows off a 16-byte boundary past 64 KiB
+ *    on the tile of their aligned body, the few edge elements one per lane
+ *    (fn_plan_fwd_odd; every activation at one offset within 16 bytes).
  *  - norm_fwd_held: rows of the streaming kernel's calls (x, y, weight,
  *    bias and any residual stream of one dtype, 16-byte vectors) of 128
  *    vectors and more, held whole in registers by small CTAs, many resident
@@ -66,10 +69,30 @@ constexpr int PLAIN_RES = 4;
  * squares in a second exchange, as rows in one CTA always do. */
 constexpr float FN_LN_ONE_EXCHANGE = 4.0f;
 template <typename TX, int VEC, int EPT, int PLAIN, int TPR = 0, bool EXACT = true, bool SHIFT = false,
-          bool DEEP = false, bool ONE = false, bool LAG = false>
+          bool DEEP = false, bool ONE = false, bool LAG = false, bool ODD = false>
 __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR) ? 4 : PLAIN || SHIFT ? 1 : 0)
     norm_fwd_rows_in_registers(const fn_fwd_params p)
 {
+    /* ODD: rows off a 16-byte boundary (odd N, odd pitches, offset pointers)
+     * whose every activation sits at x's offset within 16 bytes in each row,
+     * in a grid whose clusters each meet one such offset in all their rows
+     * (one row a CTA, the clusters a multiple of the rows' period: the
+     * backend sizes the grid), as the backward's ODD tile (norm_bwd.cu). A
+     * CTA's rows then split alike: hd head elements before the first 16-byte
+     * boundary, nb aligned body vectors, tl tail elements. The body is the
+     * aligned tile shifted by hd columns (staged, cached and stored as
+     * such, its vectors split among the cluster's CTAs as an aligned row's);
+     * the hd + tl edge elements go one per lane on the cluster's first CTA
+     * (lanes below 2 * (VEC - 1)), each loaded into a register a row ahead
+     * (not staged: slots for them in each stage cost LayerNorm's 16-bit
+     * tile its second CTA an SM, 93.3 -> 73.9% of copy on an H100, session
+     * 43). It carries an odd row past 64 KiB on the tile its aligned
+     * body would take, not on the held kernel over a cluster (LayerNorm bf16
+     * 65537 ran at 0.73x of 65536 there: docs/perf.md, session 42). The PLAIN
+     * common call only (no residual). */
+    static_assert(!ODD || ((PLAIN == 1 || PLAIN == 2) && !EXACT && !SHIFT && !ONE && !LAG && VEC > 1 &&
+                           (TPR == 0 || TPR >= 256)),
+                  "ODD: the PLAIN staged tile of the common call, one row a CTA");
     /* SHIFT: rows off a 16-byte boundary (odd N, odd pitches), realigned
      * (see "rows that start off a 16-byte boundary" in common.cuh): x and
      * residual staged as aligned chunks and realigned through shuffles, y and
@@ -108,9 +131,25 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
     __shared__ RowReduceSmem sm;
     int buf = 0;
     const int tpr = TPR ? TPR : p.tpr, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
-    const int C = p.cluster;
+    const int C = p.cluster, rank = C > 1 ? (int)cluster_rank() : 0;
     const int64_t N = p.cols, groups = (p.rows + p.rows_per_block - 1) / p.rows_per_block;
-    const int64_t slice = (int64_t)(C > 1 ? cluster_rank() : 0) * tpr * EPT;
+    /* ODD: this CTA's split of its rows (see above), from its first row. */
+    [[maybe_unused]] int hd = 0, nb = 0;
+    [[maybe_unused]] int64_t ecol = -1; /* the column of this lane's edge element, -1: none */
+    if constexpr (ODD) {
+        const uintptr_t a = (uintptr_t)((const TX *)p.x + (int64_t)(blockIdx.x / C) * p.sx);
+        hd = (int)(((16u - (unsigned)(a & 15u)) & 15u) / sizeof(TX));
+        nb = (int)((N - hd) / VEC);
+        const int ne = (int)(N - (int64_t)nb * VEC); /* hd + tl */
+        if (rank > 0) {
+            /* the edge elements are the first CTA's */
+        } else if (lane < hd) {
+            ecol = lane;
+        } else if (lane < ne) {
+            ecol = hd + (int64_t)nb * VEC + (lane - hd);
+        }
+    }
+    const int64_t slice = (ODD ? (int64_t)hd : 0) + (int64_t)rank * tpr * EPT;
     /* the statistics' 1/N, once: a multiply a row instead of an IEEE
      * division (the same bits for N a power of two, within an ulp otherwise) */
     const float inv_n = 1.0f / (float)N;
@@ -171,7 +210,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
      * registers (64 -> 128). */
     const bool wcache = PROMISE || ((sizeof(TX) == 2 || PLAIN == FWD_CLUSTER_GENERAL) && p.wcache);
     /* Whether column col of this CTA's slice lies in the row. */
-    auto in_row = [&](int64_t col) { return (PROMISE && EXACT) || col < N; };
+    auto in_row = [&](int64_t col) { return ODD ? col - hd < (int64_t)nb * VEC : (PROMISE && EXACT) || col < N; };
     /* x (and the residual) staged with the L2 policy evict_last (step 57). */
     const uint64_t l2_last = l2_evict_last_policy();
     auto issue = [&](int64_t g, int st) {
@@ -227,6 +266,14 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
         if (has_b) fill_column_cache<VEC>(bc, p.b, p.dt_w, 0.0f, slice, tpr, tpr * EPT, N);
         __syncthreads();
     }
+    /* ODD: the edge element's (w + w_off) (1 for the PLAIN call without a
+     * weight, as the cache) and bias. */
+    [[maybe_unused]] float ew = 1.0f, eb = 0.0f;
+    if constexpr (ODD)
+        if (ecol >= 0) {
+            if (p.w) ew = load_any(p.w, p.dt_w, ecol) + p.w_off;
+            if (has_b) eb = load_any(p.b, p.dt_w, ecol);
+        }
     /* LAG: the rows' loop with the exchange in two halves. Row i + 1 is
      * taken from its stage and its sums posted before row i's are waited
      * for; row i is then normalized, so two rows are held: packed as staged
@@ -376,6 +423,11 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
         cluster_exit_barrier(C);
         return;
     }
+    /* ODD: this lane's edge element of the row to come, as loaded (its
+     * conversion waits for it: at its use, a row later) */
+    [[maybe_unused]] TX enext = from_f32<TX>(0.0f);
+    if constexpr (ODD)
+        if (ecol >= 0 && first < groups) enext = ((const TX *)p.x)[first * p.sx + ecol];
     int it = 0;
     for (int64_t group = first; group < groups; group += stride, it++) {
         const int64_t row = group * p.rows_per_block + sub;
@@ -432,6 +484,14 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                 for (int j = 0; j < VEC; j++) h[k][j] += r[j];
             }
         }
+        /* ODD: this lane's edge element of x (zero where it has none), and
+         * the next row's loaded (one row a CTA: the group is the row). */
+        [[maybe_unused]] float ex = 0.0f;
+        [[maybe_unused]] const bool eok = ODD && row_ok && ecol >= 0;
+        if constexpr (ODD) {
+            if (eok) ex = to_f32(enext);
+            if (ecol >= 0 && group + stride < groups) enext = ((const TX *)p.x)[(group + stride) * p.sx + ecol];
+        }
         if constexpr (ONE) issue(group + stride, 0); /* h holds this row: the stage is free */
         if constexpr (SHIFT) {
             #pragma unroll
@@ -465,6 +525,10 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                     s[0] += h[k][j];
                     s[1] = fmaf(h[k][j], h[k][j], s[1]);
                 }
+            if constexpr (ODD) { /* ex is zero where the lane has none */
+                s[0] += ex;
+                s[1] = fmaf(ex, ex, s[1]);
+            }
             row_allreduce<2, XCHG>(s, sm, buf, tpr, sub, C);
             mean = s[0] * inv_n;
             const float var = s[1] * inv_n - mean * mean;
@@ -477,6 +541,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
             for (int k = 0; k < K; k++)
                 #pragma unroll
                 for (int j = 0; j < VEC; j++) s[0] += h[k][j];
+            if constexpr (ODD) s[0] += ex;
             row_allreduce<1, XCHG>(s, sm, buf, tpr, sub, C);
             mean = s[0] * inv_n;
         }
@@ -507,15 +572,26 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                 if (ok[k])
                     #pragma unroll
                     for (int j = 0; j < VEC; j++) q[0] += h[k][j] * h[k][j];
+            if constexpr (ODD)
+                if (eok) {
+                    const float e = centre ? ex - mean : ex;
+                    q[0] += e * e;
+                }
             row_allreduce<1, XCHG>(q, sm, buf, tpr, sub, C);
             rstd = rstd_of_var(q[0] * inv_n, p.eps);
         }
         const float shift = centre ? 0.0f : -mean * rstd;
 
-        if (row_ok && lane == 0 && slice == 0) {
+        if (row_ok && lane == 0 && rank == 0) {
             if (p.rstd) p.rstd[row] = rstd;
             if (p.mean) p.mean[row] = mean;
         }
+        if constexpr (ODD)
+            if (eok) { /* as an element of the body below */
+                float v = fmaf(centre ? ex - mean : ex, rstd, shift);
+                v = has_b ? fmaf(v, ew, eb) : v * ew;
+                ((TX *)p.y)[row * p.sy + ecol] = from_f32<TX>(v);
+            }
         #pragma unroll
         for (int k = 0; k < K; k++) {
             if (!ok[k]) continue;
@@ -1320,9 +1396,83 @@ static cudaError_t launch_shift_plain(const fn_fwd_params &q, int grid, int thre
     return run_time_tpr();
 }
 
+/* Where the PLAIN tiles over a cluster stage FN_DEEP_STAGES rows (the
+ * measurements in launch_rows below): f32 for fp32 x, plain as fwd_is_plain,
+ * exact: the row fills the tile, lag: the tile runs LAG (launch_lag). */
+static bool fwd_deep_rule(bool f32, int plain, int cluster, int tpr, int ept, bool exact, bool lag)
+{
+    const bool ln_rule = plain == 2 && !lag && (f32 ? cluster <= 16 : cluster == 8 || cluster == 16);
+    return exact && ((cluster <= 8 && ((f32 && plain == 2) || (cluster == 8 && (!f32 ? plain == 1 : ept == 32)))) ||
+                     (!f32 && plain == 1 && cluster == 16 && tpr == 256) || ln_rule);
+}
+
+/* The ODD tile's instances (see the kernel), by elements a thread and vector
+ * width: the planner's tiles over a cluster (16-bit at 32 elements, fp32 at
+ * 16 and 32). fn_fwd_odd_fits asks the same, so that the backend never
+ * plans a tile that has no instance. */
+__host__ __device__ constexpr bool fwd_odd_instance(int ept, int vec, int x_bytes)
+{
+    return vec * x_bytes == 16 && (x_bytes == 2 ? ept == 32 : ept == 16 || ept == 32);
+}
+
+/* The ODD tile's PLAIN variant for a call: 1 or 2 (a bias) for the common
+ * call (no residual, y of x's dtype; without a weight a weight of ones, as
+ * launch_rows), 0 none. The backend checked the offsets (odd_phase). */
+static int fwd_odd_plain(const fn_fwd_params &p)
+{
+    fn_fwd_params o = p;
+    o.pipe = o.wcache = 1;
+    return p.res || p.res_out ? 0 : fwd_is_plain(o, true);
+}
+
+/* Shared memory of the ODD tile, as the aligned tile's: `stages` stages of
+ * the body's chunks, then the weight (or ones) and bias cache at *cache_off. */
+static size_t fwd_odd_smem(const fn_fwd_params &p, int ept, int vec, int threads, int stages, size_t *cache_off)
+{
+    *cache_off = (size_t)stages * (size_t)(ept / vec) * threads * 16;
+    return *cache_off + (size_t)(1 + (p.b != nullptr)) * p.tpr * ept * sizeof(float);
+}
+
+/* The ODD tile (the backend checked fn_fwd_odd_fits): FN_DEEP_STAGES where
+ * the aligned tile of the body's columns takes them (fwd_deep_rule; never
+ * LAG) and they fit, compiled for tpr 256 (the planner's CTAs up to 64 KiB
+ * a row) or a run-time tpr. */
+template <typename TX, int VEC, int EPT>
+static cudaError_t launch_odd(const fn_fwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
+{
+    const int plain = fwd_odd_plain(p);
+    if (plain != 1 && plain != 2) return cudaErrorInvalidValue;
+    fn_fwd_params q = p;
+    q.pipe = q.wcache = 1;
+    const bool body_exact = q.cols / VEC * VEC == (int64_t)q.cluster * q.tpr * EPT;
+    bool deep = q.cluster > 1 && (p.deep == 2 || (p.deep == 1 && fwd_deep_rule(sizeof(TX) == 4, plain, q.cluster, q.tpr,
+                                                                                EPT, body_exact, false)));
+    size_t off, smem = fwd_odd_smem(q, EPT, VEC, threads, deep ? FN_DEEP_STAGES : FN_STAGES, &off);
+    if (deep && (off > FN_MAX_STAGE_BYTES || smem > (size_t)p.smem_max)) {
+        deep = false;
+        smem = fwd_odd_smem(q, EPT, VEC, threads, FN_STAGES, &off);
+    }
+    q.wcache_off = (int)off;
+    auto go = [&](auto pl, auto dp) {
+        auto at = [&](auto tpr) {
+            return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, decltype(pl)::value, decltype(tpr)::value,
+                                                              false, false, decltype(dp)::value, false, false, true>,
+                                   q, grid, threads, smem, q.cluster, stream, active);
+        };
+        auto run_time_tpr = [&] { return at(std::integral_constant<int, 0>{}); };
+        if (threads == q.tpr) return with_static_tpr<256>(q.tpr, at, run_time_tpr);
+        return run_time_tpr();
+    };
+    if (plain == 1) return deep ? go(std::integral_constant<int, 1>{}, std::true_type{})
+                                : go(std::integral_constant<int, 1>{}, std::false_type{});
+    return deep ? go(std::integral_constant<int, 2>{}, std::true_type{}) : go(std::integral_constant<int, 2>{}, std::false_type{});
+}
+
 template <typename TX, int VEC, int EPT>
 static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cudaStream_t stream, int *active)
 {
+    if constexpr (fwd_odd_instance(EPT, VEC, (int)sizeof(TX)))
+        if (p.odd) return launch_odd<TX, VEC, EPT>(p, grid, threads, stream, active);
     if constexpr (VEC > 1 && sizeof(TX) == 2) {
         if (p.shift) { /* the backend checked fn_fwd_shift_fits */
             fn_fwd_params q = p;
@@ -1425,11 +1575,7 @@ static cudaError_t launch_rows(const fn_fwd_params &p, int grid, int threads, cu
              * 74.4 -> 77.0, fp32 131072 in 16 x 256 x 32 86.3 -> 88.0. */
             /* Not with LAG (LayerNorm bf16 262144 in 16 x 512 on the H100, % of
              * copy: two stages 96.0, three 92.7; without LAG 94.6 / 94.5). */
-            const bool ln_rule = plain == 2 && !lag &&
-                                 (sizeof(TX) == 4 ? q.cluster <= 16 : q.cluster == 8 || q.cluster == 16);
-            const bool rule = exact && ((q.cluster <= 8 && ((sizeof(TX) == 4 && plain == 2) ||
-                                                            (q.cluster == 8 && (sizeof(TX) == 2 ? plain == 1 : EPT == 32)))) ||
-                                        (sizeof(TX) == 2 && plain == 1 && q.cluster == 16 && q.tpr == 256) || ln_rule);
+            const bool rule = fwd_deep_rule(sizeof(TX) == 4, plain, q.cluster, q.tpr, EPT, exact, lag);
             if (plain && q.wcache && q.cluster > 1 && (p.deep == 2 || (p.deep == 1 && rule)) &&
                 deep_stages <= FN_MAX_STAGE_BYTES && deep_smem + (lag ? hold : 0) <= (size_t)p.smem_max) {
                 fn_fwd_params d = q;
@@ -1648,6 +1794,15 @@ extern "C" int fn_max_active_fwd_rows(const fn_fwd_params *p, int vec, int ept, 
     if (!fn_plan_cluster_xchg_ok(p->cluster, p->rows_per_block, p->tpr, threads)) /* a backstop (plan.h) */
         return (int)cudaErrorInvalidConfiguration;
     return (int)fn::rows_entry(p, vec, ept, 1, threads, nullptr, count);
+}
+
+extern "C" int fn_fwd_odd_fits(const fn_fwd_params *p, int vec, int ept, int threads)
+{
+    const int x_bytes = fn::dtype_bytes(p->dt_x);
+    size_t off;
+    return vec * x_bytes == 16 && fn::fwd_odd_instance(ept, vec, x_bytes) && fn::fwd_odd_plain(*p) != 0 &&
+           threads == p->tpr && p->rows_per_block == 1 && p->tpr >= 2 * (vec - 1) &&
+           fn::fwd_odd_smem(*p, ept, vec, threads, fn::FN_STAGES, &off) <= (size_t)p->smem_max;
 }
 
 extern "C" int fn_fwd_shift_fits(const fn_fwd_params *p, int ept)
