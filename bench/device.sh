@@ -312,20 +312,25 @@ if has targets; then
   # --same-size-copy: each case against a copy of its own bytes as well
   "$FN" bench --backend cuda --norm rms,ln --dtype bf16,f32 --cols $COLS --pass both --same-size-copy \
     --csv "$OUT/targets_norm.csv" >"$OUT/targets_norm.txt" 2>"$OUT/targets_norm.err"
+  pack # each part packed as it ends: a call cut short at its limit still brings back the parts it ran
+  # perf-targets.md's odd sizes (no cliff: 2000, 4097, 65537 within 10% of their neighbours)
+  "$FN" bench --backend cuda --norm rms,ln --dtype bf16,f32 --cols 1992,2000,2008,4097,4104,65537,65544 --pass both \
+    --csv "$OUT/targets_cliff.csv" >"$OUT/targets_cliff.txt" 2>"$OUT/targets_cliff.err"
+  pack
   "$FN" bench --backend cuda --norm rms --residual --dtype bf16,f32 --cols $COLS --pass both --same-size-copy \
     --csv "$OUT/targets_res.csv" >"$OUT/targets_res.txt" 2>"$OUT/targets_res.err"
+  pack
   for m in 512 4096 32768 131072; do
     "$FN" bench --backend cuda --norm rms --dtype bf16,f32 --rows $m --cols 2048,8192 --pass bwd --atomic \
       --csv "$OUT/targets_atomic_$m.csv" >>"$OUT/targets_atomic.txt" 2>>"$OUT/targets_atomic.err"
   done
+  pack
   # small problems (M * N = 2^20): within 2 us of the launch floor
   for mn in 4096:256 1024:1024 256:4096 64:16384; do
     "$FN" bench --backend cuda --norm rms,ln --dtype bf16,f32 --rows ${mn%:*} --cols ${mn#*:} --pass both \
       --same-size-copy --csv "$OUT/targets_small_${mn%:*}.csv" >>"$OUT/targets_small.txt" 2>>"$OUT/targets_small.err"
   done
-  # perf-targets.md's odd sizes (no cliff: 2000, 4097, 65537 within 10% of their neighbours)
-  "$FN" bench --backend cuda --norm rms,ln --dtype bf16,f32 --cols 1992,2000,2008,4097,4104,65537,65544 --pass both \
-    --csv "$OUT/targets_cliff.csv" >"$OUT/targets_cliff.txt" 2>"$OUT/targets_cliff.err"
+  pack
   # copies of 4 MiB .. 1 GiB (short problems cannot reach the 1 GiB copy's rate)
   # and the launch floor, one file for both of targets.py's readings
   extra=
