@@ -623,8 +623,9 @@ static void fwd_odd_tile_cases(const char *what, int only_walk)
 
 /* The ODD tile's cases (above); its walks again with two stages and with
  * three on every cluster (FUSEDNORM_FWD_DEEP 0 and 2: the tile's other
- * instance at each shape); and with FUSEDNORM_FWD_ODD=0, the held kernel's
- * ODD form the planner gave these rows before. */
+ * instance at each shape); with FUSEDNORM_FWD_ODD=0, the held kernel's ODD
+ * form the planner gave these rows before; and every case with
+ * FUSEDNORM_FWD_ODD=2 (LAG in the ODD tile, a lab form). */
 static void test_fwd_odd_tile(void)
 {
     fwd_odd_tile_cases("forward ODD tile: gpu vs cpu", 0);
@@ -635,6 +636,8 @@ static void test_fwd_odd_tile(void)
     unsetenv("FUSEDNORM_FWD_DEEP");
     setenv("FUSEDNORM_FWD_ODD", "0", 1);
     fwd_odd_tile_cases("forward odd rows held (FUSEDNORM_FWD_ODD=0): gpu vs cpu", 1);
+    setenv("FUSEDNORM_FWD_ODD", "2", 1); /* LAG on the 16-bit 256-thread tiles (65537, 65543, 131073) */
+    fwd_odd_tile_cases("forward ODD tile with LAG (FUSEDNORM_FWD_ODD=2): gpu vs cpu", 0);
     unsetenv("FUSEDNORM_FWD_ODD");
 }
 

@@ -210,7 +210,7 @@ static int occ_variant(int is_bwd, const void *params, const fn_plan *pl)
     const fn_fwd_params *f = (const fn_fwd_params *)params;
     return (f->w != NULL) | (f->b != NULL) << 1 | (f->res_out != NULL) << 2 | (f->dt_y == f->dt_x) << 3 | exact << 4 |
            (f->shift != 0) << 5 | f->deep << 6 | f->lag << 8 | f->plain_res << 10 |
-           (f->res_out != NULL && f->dt_res_out == f->dt_x) << 11 | (f->odd != 0 && pl->path == FN_PATH_ROWS_IN_REGISTERS) << 12;
+           (f->res_out != NULL && f->dt_res_out == f->dt_x) << 11 | (pl->path == FN_PATH_ROWS_IN_REGISTERS ? f->odd : 0) << 12;
 }
 
 static fusednorm_status max_active(int device, int is_bwd, const void *params, const fn_plan *pl, const char *fn,
@@ -502,11 +502,14 @@ static int fwd_lean(void)
 /* Lab knob FUSEDNORM_FWD_ODD=0: the forward's rows off a 16-byte boundary
  * past 64 KiB stay on the held kernel's ODD form over a cluster, as before
  * the register tile's ODD form (fn_plan_fwd_odd; to measure one against the
- * other). Read on every call. Not for production. */
-static int fwd_odd_tile_enabled(void)
+ * other); 2: the ODD tile with LAG where the aligned tile takes it
+ * (launch_odd, unmeasured). Read on every call. Not for production.
+ * Returns the mode: 0 off, 1 the ODD tile (the default), 2 with LAG. */
+static int fwd_odd_tile_mode(void)
 {
     const char *v = getenv("FUSEDNORM_FWD_ODD");
-    return !v || strcmp(v, "0") != 0;
+    if (v && strcmp(v, "0") == 0) return 0;
+    return v && strcmp(v, "2") == 0 ? 2 : 1;
 }
 
 /* Whether the environment variable is set to something. */
@@ -667,7 +670,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
      * register tile over a cluster takes: that tile's ODD form
      * (fn_plan_fwd_odd; the planner held them over a cluster, at 0.73x of
      * the aligned rows for LayerNorm bf16 65537: docs/perf.md session 42). */
-    if (odd_call && !has_res && fwd_odd_tile_enabled() && !knob_set("FUSEDNORM_PLAN_FWD") &&
+    if (odd_call && !has_res && fwd_odd_tile_mode() && !knob_set("FUSEDNORM_PLAN_FWD") &&
         !knob_set("FUSEDNORM_FWD_HELD") && !knob_set("FUSEDNORM_FWD_HELD_CTA") &&
         !knob_set("FUSEDNORM_FWD_ROWS_CLUSTER")) { /* the lab's plan knobs name their plan */
         fn_plan op;
@@ -678,7 +681,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
             t.cluster = op.cluster;
             if (fn_fwd_odd_fits(&t, op.vec, op.ept, op.threads)) {
                 p = t;
-                p.odd = 1;
+                p.odd = fwd_odd_tile_mode();
                 pl = op;
             }
         }

@@ -38,7 +38,8 @@ typedef struct fn_fwd_params {
                                        * same offset within 16 bytes in each row; the backend checked);
                                        * rows path: the register tile's ODD form (the common call, each
                                        * cluster's rows at one offset: the backend checked
-                                       * fn_fwd_odd_fits and sized the grid) */
+                                       * fn_fwd_odd_fits and sized the grid); 2 the same with LAG where
+                                       * the aligned tile takes it (lab knob FUSEDNORM_FWD_ODD=2) */
     int deep;                         /* rows path: the PLAIN tiles over a cluster stage FN_DEEP_STAGES
                                        * rows: 1 where they won (launch_rows' rule), 0 never, 2 on
                                        * every cluster (0 and 2: lab knob FUSEDNORM_FWD_DEEP) */

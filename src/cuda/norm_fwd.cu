@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
      * body would take, not on the held kernel over a cluster (LayerNorm bf16
      * 65537 ran at 0.73x of 65536 there: docs/perf.md, session 42). The PLAIN
      * common call only (no residual). */
-    static_assert(!ODD || ((PLAIN == 1 || PLAIN == 2) && !EXACT && !SHIFT && !ONE && !LAG && VEC > 1 &&
+    static_assert(!ODD || ((PLAIN == 1 || PLAIN == 2) && !EXACT && !SHIFT && !ONE && VEC > 1 &&
                            (TPR == 0 || TPR >= 256)),
                   "ODD: the PLAIN staged tile of the common call, one row a CTA");
     /* SHIFT: rows off a 16-byte boundary (odd N, odd pitches), realigned
@@ -258,8 +258,8 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
     constexpr bool XCHG = (sizeof(TX) == 2 || PLAIN) && VEC > 1 && !SHIFT;
     /* LAG: the PLAIN exact tiles over a cluster (launch_plain) meet by the
      * exchange in two halves (see XchgLagSmem in common.cuh). */
-    static_assert(!LAG || (PROMISE && EXACT && XCHG && !ONE && TPR >= 64 && TPR == static_tpr_threads(TPR)),
-                  "LAG: the PLAIN exact tiles of one row a CTA, over a cluster");
+    static_assert(!LAG || (PROMISE && (EXACT || ODD) && XCHG && !ONE && TPR >= 64 && TPR == static_tpr_threads(TPR)),
+                  "LAG: the PLAIN exact tiles (and ODD's) of one row a CTA, over a cluster");
     if constexpr (XCHG && !LAG) cluster_xchg_init(sm, C);
     if (wcache) {
         if (has_w) fill_column_cache<VEC>(wc, p.w, p.dt_w, p.w_off, slice, tpr, tpr * EPT, N);
@@ -274,6 +274,11 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
             if (p.w) ew = load_any(p.w, p.dt_w, ecol) + p.w_off;
             if (has_b) eb = load_any(p.b, p.dt_w, ecol);
         }
+    /* ODD: this lane's edge element of the row to come, as loaded (its
+     * conversion waits for it: at its use, a row later) */
+    [[maybe_unused]] TX enext = from_f32<TX>(0.0f);
+    if constexpr (ODD)
+        if (ecol >= 0 && first < groups) enext = ((const TX *)p.x)[first * p.sx + ecol];
     /* LAG: the rows' loop with the exchange in two halves. Row i + 1 is
      * taken from its stage and its sums posted before row i's are waited
      * for; row i is then normalized, so two rows are held: packed as staged
@@ -311,7 +316,8 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
          * posted as reduction itc; PRES writes residual_out here, before
          * the wait for the row before, and first keeps the residual of the
          * row taken before (whose stage the issue refills) in hold. */
-        auto take = [&](int64_t g, int itc, uint4 (&hp)[K]) {
+        /* ODD: ex is the row's edge element (zero where the lane has none) */
+        auto take = [&](int64_t g, int itc, uint4 (&hp)[K], [[maybe_unused]] float &ex) {
             if constexpr (PRES)
                 if (itc > 0) {
                     const uint4 *prev = staged_res(itc - 1);
@@ -328,7 +334,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
             for (int i = 0; i < NV; i++) s[i] = 0.0f;
             #pragma unroll
             for (int k = 0; k < K; k++) {
-                hp[k] = ok ? sx[k * nthr] : make_uint4(0, 0, 0, 0);
+                hp[k] = ok && in_row(slice + ((int64_t)k * tpr + lane) * VEC) ? sx[k * nthr] : make_uint4(0, 0, 0, 0);
                 float h[VEC];
                 held_h(hp, staged_res(itc), k, h);
                 if (PRES && ok && has_res_out)
@@ -342,12 +348,18 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                     s[NV - 1] = fmaf(h[j], h[j], s[NV - 1]);
                 }
             }
+            if constexpr (ODD) {
+                ex = ok && ecol >= 0 ? to_f32(enext) : 0.0f;
+                if (ecol >= 0 && g + stride < groups) enext = ((const TX *)p.x)[(g + stride) * p.sx + ecol];
+                if constexpr (LN) s[0] += ex;
+                s[NV - 1] = fmaf(ex, ex, s[NV - 1]);
+            }
             row_allreduce<NV>(s, sm, buf, tpr, sub, 1); /* over the CTA */
             xchg_lag_post<NV>(s, lx, itc, C);
         };
         /* Row group g's statistics (reduction it) and output, from hp. */
         /* kept: a row was taken since (PRES: the residual is in hold) */
-        auto finish = [&](int64_t g, int it, const uint4 (&hp)[K], bool kept) {
+        auto finish = [&](int64_t g, int it, const uint4 (&hp)[K], bool kept, [[maybe_unused]] float ex) {
             const int64_t row = g * rpb + sub;
             [[maybe_unused]] const uint4 *res = kept ? hold : staged_res(it);
             float t[NV];
@@ -365,11 +377,14 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                     float q[1] = {0.0f};
                     #pragma unroll
                     for (int k = 0; k < K; k++) {
+                        if (ODD && !in_row(slice + ((int64_t)k * tpr + lane) * VEC)) continue;
                         float h[VEC];
                         held_h(hp, res, k, h);
                         #pragma unroll
                         for (int j = 0; j < VEC; j++) q[0] = fmaf(h[j] - mean, h[j] - mean, q[0]);
                     }
+                    if constexpr (ODD)
+                        if (ecol >= 0) q[0] = fmaf(ex - mean, ex - mean, q[0]);
                     if (row >= p.rows) q[0] = 0.0f;
                     row_allreduce<1>(q, sm, buf, tpr, sub, 1); /* over the CTA */
                     q[0] = cluster_sum_in_rank_order(q[0], sm.cluster[0][0], C);
@@ -380,13 +395,19 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                 rstd = rstd_of_var(t[0] * inv_n, p.eps);
             }
             if (row >= p.rows) return;
-            if (lane == 0 && slice == 0) {
+            if (lane == 0 && rank == 0) {
                 if (p.rstd) p.rstd[row] = rstd;
                 if (p.mean) p.mean[row] = mean;
             }
+            if constexpr (ODD)
+                if (ecol >= 0) { /* as an element of the body below */
+                    const float v = LN && centre ? (ex - mean) * rstd : fmaf(ex, rstd, shift);
+                    ((TX *)p.y)[row * p.sy + ecol] = from_f32<TX>(has_b ? fmaf(v, ew, eb) : v * ew);
+                }
             #pragma unroll
             for (int k = 0; k < K; k++) {
                 const int64_t col = slice + ((int64_t)k * tpr + lane) * VEC;
+                if (ODD && !in_row(col)) continue;
                 float h[VEC], w[VEC], b[VEC], y[VEC];
                 held_h(hp, res, k, h);
                 read_cache<VEC>(wc, k, lane, tpr, w);
@@ -402,15 +423,16 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
         };
         if (first >= groups) return;
         uint4 ha[K], hb[K];
-        take(first, 0, ha);
+        float ea = 0.0f, eb2 = 0.0f; /* ODD: the rows' edge elements, as ha and hb */
+        take(first, 0, ha, ea);
         int64_t g = first;
         for (int it = 0;; it += 2, g += 2 * stride) {
             const bool more = g + stride < groups, more2 = g + 2 * stride < groups;
-            if (more) take(g + stride, it + 1, hb);
-            finish(g, it, ha, more);
+            if (more) take(g + stride, it + 1, hb, eb2);
+            finish(g, it, ha, more, ea);
             if (!more) break;
-            if (more2) take(g + 2 * stride, it + 2, ha);
-            finish(g + stride, it + 1, hb, more2);
+            if (more2) take(g + 2 * stride, it + 2, ha, ea);
+            finish(g + stride, it + 1, hb, more2, eb2);
             if (!more2) break;
         }
     };
@@ -423,11 +445,6 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
         cluster_exit_barrier(C);
         return;
     }
-    /* ODD: this lane's edge element of the row to come, as loaded (its
-     * conversion waits for it: at its use, a row later) */
-    [[maybe_unused]] TX enext = from_f32<TX>(0.0f);
-    if constexpr (ODD)
-        if (ecol >= 0 && first < groups) enext = ((const TX *)p.x)[first * p.sx + ecol];
     int it = 0;
     for (int64_t group = first; group < groups; group += stride, it++) {
         const int64_t row = group * p.rows_per_block + sub;
@@ -1445,8 +1462,14 @@ static cudaError_t launch_odd(const fn_fwd_params &p, int grid, int threads, cud
     fn_fwd_params q = p;
     q.pipe = q.wcache = 1;
     const bool body_exact = q.cols / VEC * VEC == (int64_t)q.cluster * q.tpr * EPT;
+    /* p.odd == 2 (lab knob FUSEDNORM_FWD_ODD=2, unmeasured): LAG where the
+     * aligned tile of the body's columns takes it (launch_rows' rule), on
+     * the 16-bit 256-thread tiles */
+    constexpr bool LAG_OK = sizeof(TX) == 2 && EPT == 32;
+    const bool lag = LAG_OK && p.odd == 2 && p.lag > 0 && q.cluster > 1 && threads == q.tpr && q.tpr == 256 && body_exact &&
+                     (p.lag == 2 || (FN_FWD_LAG_LN256 && plain == 2 && (q.cluster == 8 || q.cluster == 16)));
     bool deep = q.cluster > 1 && (p.deep == 2 || (p.deep == 1 && fwd_deep_rule(sizeof(TX) == 4, plain, q.cluster, q.tpr,
-                                                                                EPT, body_exact, false)));
+                                                                                EPT, body_exact, lag)));
     size_t off, smem = fwd_odd_smem(q, EPT, VEC, threads, deep ? FN_DEEP_STAGES : FN_STAGES, &off);
     if (deep && (off > FN_MAX_STAGE_BYTES || smem > (size_t)p.smem_max)) {
         deep = false;
@@ -1454,6 +1477,11 @@ static cudaError_t launch_odd(const fn_fwd_params &p, int grid, int threads, cud
     }
     q.wcache_off = (int)off;
     auto go = [&](auto pl, auto dp) {
+        if constexpr (LAG_OK)
+            if (lag)
+                return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, decltype(pl)::value, 256, false, false,
+                                                                  decltype(dp)::value, false, true, true>,
+                                       q, grid, threads, smem, q.cluster, stream, active);
         auto at = [&](auto tpr) {
             return launch_or_query(norm_fwd_rows_in_registers<TX, VEC, EPT, decltype(pl)::value, decltype(tpr)::value,
                                                               false, false, decltype(dp)::value, false, false, true>,
