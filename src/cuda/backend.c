@@ -673,7 +673,7 @@ fusednorm_status fn_cuda_fwd(const fusednorm_fwd_args *a)
     if (odd_call && !has_res && fwd_odd_tile_mode() && !knob_set("FUSEDNORM_PLAN_FWD") &&
         !knob_set("FUSEDNORM_FWD_HELD") && !knob_set("FUSEDNORM_FWD_HELD_CTA") &&
         !knob_set("FUSEDNORM_FWD_ROWS_CLUSTER")) { /* the lab's plan knobs name their plan */
-        fn_plan op;
+        fn_plan op = {0};
         fn_fwd_params t = p;
         if (fn_plan_fwd_odd(&op, &pb)) {
             t.tpr = op.tpr;
