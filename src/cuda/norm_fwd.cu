@@ -131,7 +131,9 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
     __shared__ RowReduceSmem sm;
     int buf = 0;
     const int tpr = TPR ? TPR : p.tpr, sub = threadIdx.x / tpr, lane = threadIdx.x - sub * tpr;
-    const int C = p.cluster, rank = C > 1 ? (int)cluster_rank() : 0;
+    const int C = p.cluster;
+    /* ODD: the CTA's rank in its cluster (the edge elements are rank 0's) */
+    [[maybe_unused]] const int rank = ODD && C > 1 ? (int)cluster_rank() : 0;
     const int64_t N = p.cols, groups = (p.rows + p.rows_per_block - 1) / p.rows_per_block;
     /* ODD: this CTA's split of its rows (see above), from its first row. */
     [[maybe_unused]] int hd = 0, nb = 0;
@@ -149,7 +151,9 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
             ecol = hd + (int64_t)nb * VEC + (lane - hd);
         }
     }
-    const int64_t slice = (ODD ? (int64_t)hd : 0) + (int64_t)rank * tpr * EPT;
+    const int64_t slice = ODD ? (int64_t)hd + (int64_t)rank * tpr * EPT : (int64_t)(C > 1 ? cluster_rank() : 0) * tpr * EPT;
+    /* the cluster's first CTA */
+    auto first_cta = [&] { return ODD ? rank == 0 : slice == 0; };
     /* the statistics' 1/N, once: a multiply a row instead of an IEEE
      * division (the same bits for N a power of two, within an ulp otherwise) */
     const float inv_n = 1.0f / (float)N;
@@ -395,7 +399,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
                 rstd = rstd_of_var(t[0] * inv_n, p.eps);
             }
             if (row >= p.rows) return;
-            if (lane == 0 && rank == 0) {
+            if (lane == 0 && first_cta()) {
                 if (p.rstd) p.rstd[row] = rstd;
                 if (p.mean) p.mean[row] = mean;
             }
@@ -599,7 +603,7 @@ __global__ void __launch_bounds__(fwd_lb_four(TPR) ? 256 : 512, fwd_lb_four(TPR)
         }
         const float shift = centre ? 0.0f : -mean * rstd;
 
-        if (row_ok && lane == 0 && rank == 0) {
+        if (row_ok && lane == 0 && first_cta()) {
             if (p.rstd) p.rstd[row] = rstd;
             if (p.mean) p.mean[row] = mean;
         }
